@@ -1,0 +1,281 @@
+//! Diagnostics: every problem found in a rules file, with a stable code, a
+//! title, a labelled span and help in operator words.
+//!
+//! Codes are never reused. Errors (`E…`) stop a ruleset from being used;
+//! warnings (`W…`) point at rules that work but are slow or dead. All
+//! problems of a run are collected and reported together, sorted by file and
+//! position, rendered like this:
+//!
+//! ```text
+//! error[E002]: unknown reason `rate_limt`
+//!  --> rules/core.rules:3:6
+//!   |
+//! 3 |   => rate_limt
+//!   |      ^^^^^^^^^ no reason of this name is declared
+//!   |
+//!   = help: did you mean `rate_limit`?
+//! ```
+
+use std::fmt::Write as _;
+
+use crate::syntax::{SourceMap, Span};
+
+/// A stable diagnostic code. Never renumber; retire a code instead of reusing it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Code {
+    /// The text does not follow the grammar.
+    E001,
+    /// A rule names a reason that no file declares.
+    E002,
+    /// Two rules share one id.
+    E003,
+    /// A regex does not compile.
+    E004,
+    /// A selection declaration names an unknown selection source.
+    E005,
+    /// An HTTP status outside 100–599.
+    E006,
+    /// An empty list (`has any []`, `in []`).
+    E007,
+    /// A string escape that does not exist (`"\q"`).
+    E008,
+    /// A field compared with an operator or operand it cannot take.
+    E009,
+    /// A reason declaration with an unknown or conflicting behaviour.
+    E010,
+    /// A reason or selection source declared twice in one layer.
+    E011,
+    /// A selection target names an unknown fallback list.
+    E012,
+    /// A range whose start is after its end.
+    E013,
+    /// A rules file that cannot be read as text (not UTF-8, too large).
+    E014,
+    /// Parentheses or lists nested deeper than the engine accepts.
+    E015,
+    /// A reason the engine itself produces is not declared.
+    E016,
+    /// A rule that can never win: an earlier rule matches everything it matches.
+    W001,
+    /// A regex with no literal of 3+ bytes: it runs on every message.
+    W002,
+    /// A rule whose condition can never hold.
+    W003,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::E001 => "E001",
+            Code::E002 => "E002",
+            Code::E003 => "E003",
+            Code::E004 => "E004",
+            Code::E005 => "E005",
+            Code::E006 => "E006",
+            Code::E007 => "E007",
+            Code::E008 => "E008",
+            Code::E009 => "E009",
+            Code::E010 => "E010",
+            Code::E011 => "E011",
+            Code::E012 => "E012",
+            Code::E013 => "E013",
+            Code::E014 => "E014",
+            Code::E015 => "E015",
+            Code::E016 => "E016",
+            Code::W001 => "W001",
+            Code::W002 => "W002",
+            Code::W003 => "W003",
+        }
+    }
+
+    pub fn severity(self) -> Severity {
+        if self.as_str().starts_with('W') {
+            Severity::Warning
+        } else {
+            Severity::Error
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// A secondary location shown under the main one (e.g. the earlier rule
+/// that shadows this one).
+#[derive(Clone, Debug)]
+pub struct Note {
+    pub span: Span,
+    pub label: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Diagnostic {
+    pub code: Code,
+    pub title: String,
+    pub span: Span,
+    pub label: String,
+    pub notes: Vec<Note>,
+    pub help: Option<String>,
+}
+
+impl Diagnostic {
+    pub fn new(code: Code, span: Span, title: impl Into<String>) -> Self {
+        Diagnostic {
+            code,
+            title: title.into(),
+            span,
+            label: String::new(),
+            notes: Vec::new(),
+            help: None,
+        }
+    }
+
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
+    }
+
+    pub fn help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+
+    pub fn note(mut self, span: Span, label: impl Into<String>) -> Self {
+        self.notes.push(Note {
+            span,
+            label: label.into(),
+        });
+        self
+    }
+
+    pub fn severity(&self) -> Severity {
+        self.code.severity()
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity() == Severity::Error
+    }
+
+    /// Renders the diagnostic rustc-style (no colour: stable for snapshots
+    /// and logs).
+    pub fn render(&self, sources: &SourceMap) -> String {
+        let mut out = String::new();
+        let kind = match self.severity() {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        let _ = writeln!(out, "{kind}[{}]: {}", self.code.as_str(), self.title);
+        render_snippet(&mut out, sources, self.span, &self.label, "-->");
+        for note in &self.notes {
+            render_snippet(&mut out, sources, note.span, &note.label, ":::");
+        }
+        if let Some(help) = &self.help {
+            let _ = writeln!(out, "  = help: {help}");
+        }
+        out
+    }
+}
+
+fn render_snippet(out: &mut String, sources: &SourceMap, span: Span, label: &str, arrow: &str) {
+    let file = sources.get(span.file);
+    let (line, col) = (span.line, span.col);
+    let _ = writeln!(out, " {arrow} {}:{line}:{col}", file.name());
+    let text = file.line_text(line);
+    let gutter = line.to_string();
+    let pad = " ".repeat(gutter.len());
+    let _ = writeln!(out, "{pad} |");
+    let _ = writeln!(out, "{gutter} | {text}");
+    // The caret runs under the span, clipped to the first line.
+    let start_byte = file.line_start(line);
+    let line_end = start_byte + text.len();
+    let span_start = (span.start as usize).clamp(start_byte, line_end);
+    let span_end = (span.end as usize).clamp(span_start, line_end);
+    let lead: String = text[..span_start - start_byte]
+        .chars()
+        .map(|c| if c == '\t' { '\t' } else { ' ' })
+        .collect();
+    let width = text[span_start - start_byte..span_end - start_byte]
+        .chars()
+        .count()
+        .max(1);
+    let carets = "^".repeat(width);
+    if label.is_empty() {
+        let _ = writeln!(out, "{pad} | {lead}{carets}");
+    } else {
+        let _ = writeln!(out, "{pad} | {lead}{carets} {label}");
+    }
+}
+
+/// Renders a batch of diagnostics followed by a one-line count, the way
+/// `failover check` prints them.
+pub fn render_all(diags: &[Diagnostic], sources: &SourceMap) -> String {
+    let mut out = String::new();
+    for d in diags {
+        out.push_str(&d.render(sources));
+        out.push('\n');
+    }
+    let errors = diags.iter().filter(|d| d.is_error()).count();
+    let warnings = diags.len() - errors;
+    let _ = writeln!(
+        out,
+        "{} error{}, {} warning{}",
+        errors,
+        if errors == 1 { "" } else { "s" },
+        warnings,
+        if warnings == 1 { "" } else { "s" }
+    );
+    out
+}
+
+/// Sorts diagnostics by file, then position, then code, so output is stable.
+pub fn sort(diags: &mut [Diagnostic]) {
+    diags.sort_by_key(|d| (d.span.file, d.span.start, d.code, d.span.end));
+}
+
+/// The closest candidate to `word` by edit distance, for "did you mean" help.
+pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (word.len() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(word, c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min()
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, ca) in a.chars().enumerate() {
+        cur[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn did_you_mean_finds_close_words_only() {
+        let words = ["rate_limit", "billing", "overloaded"];
+        assert_eq!(did_you_mean("rate_limt", words), Some("rate_limit"));
+        assert_eq!(did_you_mean("biling", words), Some("billing"));
+        assert_eq!(did_you_mean("zzz", words), None);
+    }
+
+    #[test]
+    fn warning_codes_are_warnings() {
+        assert_eq!(Code::W001.severity(), Severity::Warning);
+        assert_eq!(Code::E004.severity(), Severity::Error);
+    }
+}

@@ -1,0 +1,204 @@
+//! Source files and spans.
+//!
+//! Every AST node carries a [`Span`]: the file, the byte range, and the
+//! 1-based line and column (in characters) of its start, so a diagnostic or
+//! an `--explain` line can point at it without the source at hand.
+
+use std::path::Path;
+
+use crate::diag::{Code, Diagnostic};
+
+/// Index of a file in a [`SourceMap`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct FileId(pub u32);
+
+/// A location in a rules file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Span {
+    pub file: FileId,
+    /// Byte offsets into the file's text.
+    pub start: u32,
+    pub end: u32,
+    /// 1-based line of `start`.
+    pub line: u32,
+    /// 1-based column of `start`, in characters.
+    pub col: u32,
+}
+
+/// Rules files larger than this are refused with a diagnostic: a ruleset
+/// is written by people, and a multi-megabyte file is almost certainly a
+/// mistake (a log pasted in, a binary), not 40,000 rules.
+pub const MAX_FILE_BYTES: usize = 4 * 1024 * 1024;
+
+/// One rules file's name (as shown to the operator) and text.
+#[derive(Debug)]
+pub struct SourceFile {
+    name: String,
+    text: String,
+    line_starts: Vec<usize>,
+}
+
+impl SourceFile {
+    fn new(name: String, text: String) -> Self {
+        let mut line_starts = vec![0];
+        line_starts.extend(memchr::memchr_iter(b'\n', text.as_bytes()).map(|i| i + 1));
+        SourceFile {
+            name,
+            text,
+            line_starts,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// 1-based line and column (in characters) of a byte offset.
+    pub fn line_col(&self, offset: usize) -> (u32, u32) {
+        let offset = offset.min(self.text.len());
+        let line = self.line_starts.partition_point(|&s| s <= offset) - 1;
+        let start = self.line_starts[line];
+        let col = self.text[start..offset].chars().count() + 1;
+        (line as u32 + 1, col as u32)
+    }
+
+    /// Byte offset where a 1-based line starts.
+    pub fn line_start(&self, line: u32) -> usize {
+        let idx = (line.max(1) as usize - 1).min(self.line_starts.len() - 1);
+        self.line_starts[idx]
+    }
+
+    /// The text of a 1-based line, without its line break.
+    pub fn line_text(&self, line: u32) -> &str {
+        let start = self.line_start(line);
+        let rest = &self.text[start..];
+        let end = rest.find('\n').unwrap_or(rest.len());
+        rest[..end].trim_end_matches('\r')
+    }
+}
+
+/// All files of one run: the embedded defaults and the operator's files.
+#[derive(Debug, Default)]
+pub struct SourceMap {
+    files: Vec<SourceFile>,
+}
+
+impl SourceMap {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&mut self, name: impl Into<String>, text: impl Into<String>) -> FileId {
+        let id = FileId(self.files.len() as u32);
+        self.files.push(SourceFile::new(name.into(), text.into()));
+        id
+    }
+
+    /// Adds a file from raw bytes. Text that is not UTF-8, or too large, is
+    /// still added (lossily, so diagnostics can show it) and the problem is
+    /// returned as an `E014` diagnostic; the caller must not parse it.
+    pub fn add_bytes(&mut self, name: impl Into<String>, bytes: Vec<u8>) -> (FileId, Option<Diagnostic>) {
+        let name = name.into();
+        if bytes.len() > MAX_FILE_BYTES {
+            let size = bytes.len();
+            let id = self.add(name, String::new());
+            let diag = Diagnostic::new(
+                Code::E014,
+                self.span(id, 0, 0),
+                format!(
+                    "rules file is too large ({:.1} MB; the limit is {} MB)",
+                    size as f64 / 1e6,
+                    MAX_FILE_BYTES / (1024 * 1024)
+                ),
+            )
+            .label("file starts here")
+            .help("split the rules into several files, or check that this is really a rules file");
+            return (id, Some(diag));
+        }
+        match String::from_utf8(bytes) {
+            Ok(text) => (self.add(name, text), None),
+            Err(err) => {
+                let valid = err.utf8_error().valid_up_to();
+                let text = String::from_utf8_lossy(err.as_bytes()).into_owned();
+                // The lossy text has the same bytes up to the first bad one.
+                let id = self.add(name, text);
+                let diag = Diagnostic::new(
+                    Code::E014,
+                    self.span(id, valid, valid + 1),
+                    "rules file is not valid UTF-8",
+                )
+                .label("this byte is not UTF-8 text")
+                .help("save the file as UTF-8; non-ASCII text in strings is fine once encoded as UTF-8");
+                (id, Some(diag))
+            }
+        }
+    }
+
+    pub fn get(&self, id: FileId) -> &SourceFile {
+        &self.files[id.0 as usize]
+    }
+
+    pub fn files(&self) -> impl Iterator<Item = (FileId, &SourceFile)> {
+        self.files.iter().enumerate().map(|(i, f)| (FileId(i as u32), f))
+    }
+
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// Builds a span over a byte range of a file.
+    pub fn span(&self, file: FileId, start: usize, end: usize) -> Span {
+        let (line, col) = self.get(file).line_col(start);
+        Span {
+            file,
+            start: start as u32,
+            end: end.max(start) as u32,
+            line,
+            col,
+        }
+    }
+
+    /// `file:line:col` of a span, for one-line output (`--explain`).
+    pub fn location(&self, span: Span) -> String {
+        format!("{}:{}:{}", self.get(span.file).name(), span.line, span.col)
+    }
+}
+
+/// Display name for a file on disk: the path as given, with `/` separators.
+pub fn display_name(path: &Path) -> String {
+    path.to_string_lossy().replace('\\', "/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_col_counts_characters() {
+        let mut map = SourceMap::new();
+        let id = map.add("a.rules", "ab\n€x\n");
+        let f = map.get(id);
+        assert_eq!(f.line_col(0), (1, 1));
+        assert_eq!(f.line_col(3), (2, 1));
+        // `x` comes after the 3-byte euro sign: column 2.
+        assert_eq!(f.line_col(6), (2, 2));
+        assert_eq!(f.line_text(2), "€x");
+    }
+
+    #[test]
+    fn invalid_utf8_is_reported_at_the_bad_byte() {
+        let mut map = SourceMap::new();
+        let (_, diag) = map.add_bytes("bad.rules", b"rule a\n  \xff when".to_vec());
+        let diag = diag.expect("a diagnostic");
+        assert_eq!(diag.code, Code::E014);
+        assert_eq!((diag.span.line, diag.span.col), (2, 3));
+    }
+}
