@@ -236,7 +236,10 @@ pub fn sort(diags: &mut [Diagnostic]) {
 }
 
 /// The closest candidate to `word` by edit distance, for "did you mean" help.
-pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     let limit = (word.len() / 3).max(1);
     candidates
         .into_iter()

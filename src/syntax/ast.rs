@@ -179,7 +179,10 @@ pub enum Operand {
     Int(u64),
     Range(u64, u64),
     List(Vec<Spanned<ListItem>>),
-    Regex { pattern: String, flags: Spanned<String> },
+    Regex {
+        pattern: String,
+        flags: Spanned<String>,
+    },
 }
 
 impl Operand {

@@ -34,7 +34,9 @@ struct RulesParser;
 pub const MAX_NESTING: usize = 64;
 
 /// The fields a predicate may name (besides `body.PATH`).
-const FIELDS: &[&str] = &["message", "status", "provider", "model", "code", "type", "body"];
+const FIELDS: &[&str] = &[
+    "message", "status", "provider", "model", "code", "type", "body",
+];
 
 /// Parses one file of a [`SourceMap`]. Returns the AST (without the
 /// declarations that had errors) and the diagnostics found.
@@ -207,7 +209,10 @@ fn found_words(text: &str, offset: usize) -> String {
         return "end of line".into();
     }
     if first == '"' {
-        let end = rest[1..].find(['"', '\n']).map(|i| i + 2).unwrap_or(rest.len());
+        let end = rest[1..]
+            .find(['"', '\n'])
+            .map(|i| i + 2)
+            .unwrap_or(rest.len());
         return format!("`{}`", truncate(&rest[..end], 30));
     }
     let word: String = if first.is_alphanumeric() || first == '_' {
@@ -260,7 +265,10 @@ fn syntax_error(sources: &SourceMap, file: FileId, err: &pest::error::Error<Rule
         ErrorVariant::ParsingError { positives, .. } => {
             let mut words: Vec<&str> = Vec::new();
             // Skip the punctuation of trivia, which is never what is missing.
-            for r in positives.iter().filter(|r| !matches!(r, Rule::WHITESPACE | Rule::COMMENT)) {
+            for r in positives
+                .iter()
+                .filter(|r| !matches!(r, Rule::WHITESPACE | Rule::COMMENT))
+            {
                 let w = expected_words(*r);
                 if !words.contains(&w) {
                     words.push(w);
@@ -271,7 +279,8 @@ fn syntax_error(sources: &SourceMap, file: FileId, err: &pest::error::Error<Rule
             } else {
                 format!("expected {}, found {found}", join_words(&words))
             };
-            let mut d = Diagnostic::new(Code::E001, span, title).label(format!("unexpected {found}"));
+            let mut d =
+                Diagnostic::new(Code::E001, span, title).label(format!("unexpected {found}"));
             if let Some(h) = help_for(positives) {
                 d = d.help(h);
             }
@@ -398,7 +407,11 @@ impl Lower<'_> {
             _ => unreachable!("grammar: provider_names"),
         }
         let rules: Vec<RuleDecl> = it.filter_map(|r| self.rule(r)).collect();
-        Some(ProviderBlock { providers, rules, span })
+        Some(ProviderBlock {
+            providers,
+            rules,
+            span,
+        })
     }
 
     fn selection(&mut self, pair: P) -> SelectionDecl {
@@ -421,7 +434,9 @@ impl Lower<'_> {
         let first = inner.next().expect("selection target keyword");
         let target = match first.as_rule() {
             Rule::kw_strict => SelectionTarget::Strict,
-            Rule::kw_fallbacks => SelectionTarget::Fallbacks(self.spanned_str(&inner.next().expect("fallback list"))),
+            Rule::kw_fallbacks => {
+                SelectionTarget::Fallbacks(self.spanned_str(&inner.next().expect("fallback list")))
+            }
             _ => unreachable!("grammar: selection_target"),
         };
         Spanned::new(target, span)
@@ -519,7 +534,9 @@ impl Lower<'_> {
         let span = self.span(&pair);
         let inner = pair.into_inner().next().expect("field");
         let field = match inner.as_rule() {
-            Rule::body_field => Field::Body(inner.into_inner().map(|s| s.as_str().to_string()).collect()),
+            Rule::body_field => {
+                Field::Body(inner.into_inner().map(|s| s.as_str().to_string()).collect())
+            }
             Rule::ident => match inner.as_str() {
                 "message" => Field::Message,
                 "status" => Field::Status,
@@ -529,8 +546,9 @@ impl Lower<'_> {
                 "type" => Field::Type,
                 "body" => Field::Body(Vec::new()),
                 other => {
-                    let mut d = Diagnostic::new(Code::E009, span, format!("unknown field `{other}`"))
-                        .label("not a field");
+                    let mut d =
+                        Diagnostic::new(Code::E009, span, format!("unknown field `{other}`"))
+                            .label("not a field");
                     d = match did_you_mean(other, FIELDS.iter().copied()) {
                         Some(s) => d.help(format!("did you mean `{s}`?")),
                         None => d.help(
@@ -643,7 +661,11 @@ impl Lower<'_> {
                             }
                         }
                         None => {
-                            self.bad_escape(base + i, "\\u", "write a code point as `\\u{1F600}` (1 to 6 hex digits)");
+                            self.bad_escape(
+                                base + i,
+                                "\\u",
+                                "write a code point as `\\u{1F600}` (1 to 6 hex digits)",
+                            );
                             ok = false;
                         }
                     }
@@ -665,9 +687,13 @@ impl Lower<'_> {
     fn bad_escape(&mut self, offset: usize, esc: &str, help: &str) {
         let span = self.sources.span(self.file, offset, offset + esc.len());
         self.diags.push(
-            Diagnostic::new(Code::E008, span, format!("unknown escape `{esc}` in a string"))
-                .label("not a valid escape")
-                .help(help),
+            Diagnostic::new(
+                Code::E008,
+                span,
+                format!("unknown escape `{esc}` in a string"),
+            )
+            .label("not a valid escape")
+            .help(help),
         );
     }
 }
@@ -728,14 +754,20 @@ mod tests {
             "#,
         );
         assert_eq!(ast.decls.len(), 5);
-        let Decl::Reason(r) = &ast.decls[0] else { panic!() };
+        let Decl::Reason(r) = &ast.decls[0] else {
+            panic!()
+        };
         assert_eq!(r.name.node, "billing");
         assert_eq!(r.behaviours.len(), 2);
         assert_eq!(r.behaviours[1].arg.as_ref().unwrap().node, "billing");
-        let Decl::Rule(rule) = &ast.decls[1] else { panic!() };
+        let Decl::Rule(rule) = &ast.decls[1] else {
+            panic!()
+        };
         assert_eq!(rule.id.node, "billing.credits");
         assert_eq!((rule.id.span.line, rule.id.span.col), (4, 18));
-        let CondKind::Predicate(p) = &rule.condition.kind else { panic!() };
+        let CondKind::Predicate(p) = &rule.condition.kind else {
+            panic!()
+        };
         assert_eq!(p.op.node, Op::HasAny);
         let Some(Spanned {
             node: Operand::List(items),
@@ -745,21 +777,32 @@ mod tests {
             panic!()
         };
         assert_eq!(items.len(), 2);
-        let Decl::Provider(b) = &ast.decls[2] else { panic!() };
+        let Decl::Provider(b) = &ast.decls[2] else {
+            panic!()
+        };
         assert_eq!(b.providers[0].node, "openrouter");
         assert_eq!(b.rules.len(), 1);
-        let Decl::Selection(s) = &ast.decls[3] else { panic!() };
+        let Decl::Selection(s) = &ast.decls[3] else {
+            panic!()
+        };
         assert!(matches!(&s.target.node, SelectionTarget::Fallbacks(l) if l.node == "payload"));
         assert!(s.otherwise.is_some());
     }
 
     #[test]
     fn precedence_not_and_or() {
-        let ast = parse_ok(r#"rule a when not status == 1 and code == "x" or (type is empty) => r"#);
-        let Decl::Rule(rule) = &ast.decls[0] else { panic!() };
-        let CondKind::Or(alts) = &rule.condition.kind else { panic!("or at the top") };
+        let ast =
+            parse_ok(r#"rule a when not status == 1 and code == "x" or (type is empty) => r"#);
+        let Decl::Rule(rule) = &ast.decls[0] else {
+            panic!()
+        };
+        let CondKind::Or(alts) = &rule.condition.kind else {
+            panic!("or at the top")
+        };
         assert_eq!(alts.len(), 2);
-        let CondKind::And(conj) = &alts[0].kind else { panic!("and below or") };
+        let CondKind::And(conj) = &alts[0].kind else {
+            panic!("and below or")
+        };
         assert!(matches!(conj[0].kind, CondKind::Not(_)));
         assert!(matches!(alts[1].kind, CondKind::Predicate(_)));
     }
@@ -767,17 +810,30 @@ mod tests {
     #[test]
     fn string_escapes_are_decoded() {
         let ast = parse_ok(r#"rule a when message == "q\"\\\n\u{20AC}" => r"#);
-        let Decl::Rule(rule) = &ast.decls[0] else { panic!() };
-        let CondKind::Predicate(p) = &rule.condition.kind else { panic!() };
-        assert_eq!(p.operand.as_ref().unwrap().node, Operand::Str("q\"\\\n€".into()));
+        let Decl::Rule(rule) = &ast.decls[0] else {
+            panic!()
+        };
+        let CondKind::Predicate(p) = &rule.condition.kind else {
+            panic!()
+        };
+        assert_eq!(
+            p.operand.as_ref().unwrap().node,
+            Operand::Str("q\"\\\n€".into())
+        );
     }
 
     #[test]
     fn regex_slash_escape_and_flags() {
         let ast = parse_ok(r#"rule a when message matches /a\/b\d/ix => r"#);
-        let Decl::Rule(rule) = &ast.decls[0] else { panic!() };
-        let CondKind::Predicate(p) = &rule.condition.kind else { panic!() };
-        let Operand::Regex { pattern, flags } = &p.operand.as_ref().unwrap().node else { panic!() };
+        let Decl::Rule(rule) = &ast.decls[0] else {
+            panic!()
+        };
+        let CondKind::Predicate(p) = &rule.condition.kind else {
+            panic!()
+        };
+        let Operand::Regex { pattern, flags } = &p.operand.as_ref().unwrap().node else {
+            panic!()
+        };
         assert_eq!(pattern, r"a/b\d");
         assert_eq!(flags.node, "ix");
     }
@@ -793,7 +849,11 @@ mod tests {
 
     #[test]
     fn deep_nesting_is_refused_before_parsing() {
-        let text = format!("rule a when {}status == 1{} => r", "(".repeat(10_000), ")".repeat(10_000));
+        let text = format!(
+            "rule a when {}status == 1{} => r",
+            "(".repeat(10_000),
+            ")".repeat(10_000)
+        );
         let (_, _, diags) = parse_str("t.rules", &text);
         assert_eq!(diags.len(), 1);
         assert_eq!(diags[0].code, Code::E015);

@@ -101,7 +101,11 @@ impl SourceMap {
     /// Adds a file from raw bytes. Text that is not UTF-8, or too large, is
     /// still added (lossily, so diagnostics can show it) and the problem is
     /// returned as an `E014` diagnostic; the caller must not parse it.
-    pub fn add_bytes(&mut self, name: impl Into<String>, bytes: Vec<u8>) -> (FileId, Option<Diagnostic>) {
+    pub fn add_bytes(
+        &mut self,
+        name: impl Into<String>,
+        bytes: Vec<u8>,
+    ) -> (FileId, Option<Diagnostic>) {
         let name = name.into();
         if bytes.len() > MAX_FILE_BYTES {
             let size = bytes.len();
@@ -143,7 +147,10 @@ impl SourceMap {
     }
 
     pub fn files(&self) -> impl Iterator<Item = (FileId, &SourceFile)> {
-        self.files.iter().enumerate().map(|(i, f)| (FileId(i as u32), f))
+        self.files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (FileId(i as u32), f))
     }
 
     pub fn len(&self) -> usize {

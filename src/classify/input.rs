@@ -1,0 +1,271 @@
+//! The input model: what a gateway knows about one provider error, and how
+//! structured bodies are read.
+//!
+//! Providers put the useful parts in different places: OpenAI
+//! `{"error":{"message","type","code"}}`, Anthropic
+//! `{"type":"error","error":{"type":"overloaded_error","message"}}`, Google
+//! `{"error":{"code":429,"message","status":"RESOURCE_EXHAUSTED"}}`,
+//! Bedrock `{"message","__type":"…#ThrottlingException"}`, OpenRouter
+//! `{"error":{"message":"Provider returned error","code":429,
+//! "metadata":{"raw":"…"}}}`. [`extract`] reads all of these into one shape:
+//! a numeric `error.code` in 100–599 is an HTTP status, any other code is a
+//! code, `error.status` strings are codes, and OpenRouter's
+//! `metadata.raw` joins the message text.
+
+use serde_json::Value;
+
+/// One provider error, as much as the caller knows of it. All fields are
+/// optional; borrowed, so building one costs nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProviderError<'a> {
+    pub provider: Option<&'a str>,
+    pub model: Option<&'a str>,
+    pub status: Option<u16>,
+    /// Error code: `RESOURCE_EXHAUSTED`, `ETIMEDOUT`, `insufficient_quota`.
+    pub code: Option<&'a str>,
+    /// Error type: `overloaded_error`, `ThrottlingException`.
+    pub error_type: Option<&'a str>,
+    pub message: Option<&'a str>,
+    pub body: Option<Body<'a>>,
+}
+
+/// A response body: raw text (parsed when it is JSON) or parsed JSON.
+#[derive(Clone, Copy, Debug)]
+pub enum Body<'a> {
+    Text(&'a str),
+    Json(&'a Value),
+}
+
+impl<'a> ProviderError<'a> {
+    pub fn message(message: &'a str) -> Self {
+        ProviderError {
+            message: Some(message),
+            ..Default::default()
+        }
+    }
+
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    pub fn with_provider(mut self, provider: &'a str) -> Self {
+        self.provider = Some(provider);
+        self
+    }
+
+    pub fn with_model(mut self, model: &'a str) -> Self {
+        self.model = Some(model);
+        self
+    }
+
+    pub fn with_code(mut self, code: &'a str) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    pub fn with_type(mut self, error_type: &'a str) -> Self {
+        self.error_type = Some(error_type);
+        self
+    }
+
+    pub fn with_body(mut self, body: Body<'a>) -> Self {
+        self.body = Some(body);
+        self
+    }
+}
+
+/// What [`extract`] found in a JSON body.
+#[derive(Debug, Default, PartialEq)]
+pub struct Extracted<'v> {
+    pub message: Option<&'v str>,
+    /// OpenRouter's upstream text (`error.metadata.raw`).
+    pub raw: Option<&'v str>,
+    pub code: Option<String>,
+    pub error_type: Option<&'v str>,
+    pub status: Option<u16>,
+}
+
+/// Reads message, code, type and status out of a provider's JSON error body.
+/// Bodies of other shapes yield what they have (possibly nothing).
+pub fn extract(v: &Value) -> Extracted<'_> {
+    let v = match v {
+        Value::Array(items) => match items.first() {
+            Some(first) => first,
+            None => return Extracted::default(),
+        },
+        other => other,
+    };
+    let mut out = Extracted::default();
+    let Value::Object(top) = v else {
+        return out;
+    };
+    match top.get("error") {
+        Some(Value::Object(e)) => {
+            out.message = e.get("message").and_then(Value::as_str);
+            out.error_type = e.get("type").and_then(Value::as_str);
+            read_code(e.get("code"), &mut out);
+            if let Some(s) = e.get("status").and_then(Value::as_str) {
+                if out.code.is_none() {
+                    out.code = Some(s.to_string());
+                }
+            }
+            out.raw = e
+                .get("metadata")
+                .and_then(|m| m.get("raw"))
+                .and_then(Value::as_str);
+        }
+        Some(Value::String(s)) => out.message = Some(s),
+        _ => {}
+    }
+    if out.message.is_none() {
+        out.message = [
+            "message",
+            "Message",
+            "detail",
+            "error_message",
+            "errorMessage",
+        ]
+        .iter()
+        .find_map(|k| top.get(*k).and_then(Value::as_str));
+    }
+    if out.error_type.is_none() {
+        out.error_type = top
+            .get("__type")
+            .and_then(Value::as_str)
+            .map(|t| t.rsplit('#').next().unwrap_or(t))
+            .or_else(|| {
+                top.get("type")
+                    .and_then(Value::as_str)
+                    .filter(|t| *t != "error")
+            });
+    }
+    if out.code.is_none() && out.status.is_none() {
+        read_code(top.get("code"), &mut out);
+    }
+    if out.status.is_none() {
+        out.status = top.get("status").and_then(as_status);
+    }
+    out
+}
+
+fn read_code(code: Option<&Value>, out: &mut Extracted) {
+    match code {
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(s @ 100..=599) => out.status = Some(s as u16),
+            _ => out.code = Some(n.to_string()),
+        },
+        Some(Value::String(s)) if !s.is_empty() => out.code = Some(s.clone()),
+        _ => {}
+    }
+}
+
+fn as_status(v: &Value) -> Option<u16> {
+    match v {
+        Value::Number(n) => n
+            .as_u64()
+            .filter(|s| (100..=599).contains(s))
+            .map(|s| s as u16),
+        Value::String(s) => s.parse::<u16>().ok().filter(|s| (100..=599).contains(s)),
+        _ => None,
+    }
+}
+
+/// A leading HTTP status in an error text: `HTTP 429: …`, `429 Too Many
+/// Requests`, `Error: 503 …`, `http 500` (REFERENCE a.4 step 1). Returns the
+/// status and the rest of the text.
+pub fn leading_status(text: &str) -> Option<(u16, &str)> {
+    let mut s = text.trim_start();
+    if let Some(rest) = strip_prefix_ci(s, "error") {
+        if let Some(rest) = rest.trim_start().strip_prefix(':') {
+            s = rest.trim_start();
+        }
+    }
+    if let Some(rest) = strip_prefix_ci(s, "http") {
+        s = rest.trim_start();
+    }
+    let b = s.as_bytes();
+    if b.len() < 3 || !b[..3].iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let rest = &s[3..];
+    let next = rest.as_bytes().first();
+    if !matches!(next, None | Some(b':' | b' ' | b'\t' | b'\n' | b'\r')) {
+        return None;
+    }
+    let status: u16 = s[..3].parse().ok()?;
+    if !(100..=599).contains(&status) {
+        return None;
+    }
+    let rest = rest.trim_start();
+    let rest = rest.strip_prefix(':').unwrap_or(rest).trim_start();
+    Some((status, rest))
+}
+
+fn strip_prefix_ci<'s>(s: &'s str, prefix: &str) -> Option<&'s str> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &s[prefix.len()..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn leading_status_forms() {
+        assert_eq!(
+            leading_status("HTTP 429: slow down"),
+            Some((429, "slow down"))
+        );
+        assert_eq!(
+            leading_status("429 Too Many Requests"),
+            Some((429, "Too Many Requests"))
+        );
+        assert_eq!(
+            leading_status("Error: 503 upstream"),
+            Some((503, "upstream"))
+        );
+        assert_eq!(leading_status("http500"), Some((500, "")));
+        assert_eq!(leading_status("4290 tokens"), None);
+        assert_eq!(leading_status("the 429 was echoed"), None);
+        assert_eq!(leading_status("999 nope"), None);
+    }
+
+    #[test]
+    fn openai_shape() {
+        let v = json!({"error": {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota"}});
+        let e = extract(&v);
+        assert_eq!(e.message, Some("You exceeded your current quota"));
+        assert_eq!(e.error_type, Some("insufficient_quota"));
+        assert_eq!(e.code.as_deref(), Some("insufficient_quota"));
+    }
+
+    #[test]
+    fn google_shape_numeric_code_is_status() {
+        let v = json!({"error": {"code": 429, "message": "Resource has been exhausted", "status": "RESOURCE_EXHAUSTED"}});
+        let e = extract(&v);
+        assert_eq!(e.status, Some(429));
+        assert_eq!(e.code.as_deref(), Some("RESOURCE_EXHAUSTED"));
+    }
+
+    #[test]
+    fn openrouter_raw_and_zai_code() {
+        let v = json!({"error": {"message": "Provider returned error", "code": 429, "metadata": {"raw": "rate limited upstream"}}});
+        assert_eq!(extract(&v).raw, Some("rate limited upstream"));
+        let z = json!({"error": {"code": 1311, "message": "套餐"}});
+        assert_eq!(extract(&z).code.as_deref(), Some("1311"));
+    }
+
+    #[test]
+    fn bedrock_and_wrong_shapes() {
+        let v = json!({"message": "Rate exceeded", "__type": "com.amazon.coral.service#ThrottlingException"});
+        let e = extract(&v);
+        assert_eq!(e.error_type, Some("ThrottlingException"));
+        assert_eq!(e.message, Some("Rate exceeded"));
+        assert_eq!(extract(&json!([1, 2])), Extracted::default());
+        assert_eq!(extract(&json!("text")), Extracted::default());
+        assert_eq!(extract(&json!({"error": 5})), Extracted::default());
+    }
+}

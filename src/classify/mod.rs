@@ -1,0 +1,593 @@
+//! Stage 3, classify: a provider error → a reason and the rule that decided.
+//!
+//! Per message, in order:
+//!
+//! 1. **Normalise.** Read a JSON body (given, or a message that is JSON)
+//!    into message/code/type/status ([`input::extract`]); take a leading
+//!    `HTTP 429:` as the status when none is given; lower-case the message
+//!    into a reused buffer (ASCII only: 14 ns per 100 bytes, where Unicode
+//!    lower-casing costs 50×).
+//! 2. **Collect candidates.** One scan of the lower-cased text with the
+//!    atom automaton; plus the rules gated by this error's provider, code
+//!    and status (table lookups); plus the few rules routed "always".
+//! 3. **Verify in rule order.** The first candidate whose whole condition
+//!    holds wins; its regexes run only now, on the original text.
+//!
+//! The hot path does not allocate: every buffer lives in [`Scratch`] and is
+//! reused (the JSON path allocates while parsing, as it must). Messages
+//! longer than [`MAX_SCAN_BYTES`] are judged on their first 1 MiB.
+//!
+//! Worked example: `HTTP 402: Your weekly usage limit resets tomorrow`
+//! → status 402 (from the text), lower-cased
+//! `http 402: your weekly usage limit resets tomorrow`; the scan hits the
+//! atoms `weekly ` and `usage limit`; the candidates are the rules behind
+//! those atoms plus the rules gated by status 402, in rule order; the first
+//! that verifies is the temporary-402 rule → `rate_limit` (SPEC R8.3).
+
+pub mod input;
+
+use std::cell::RefCell;
+
+use serde_json::Value;
+
+use crate::compile::plan::{Plan, RuleIdx};
+use crate::compile::{Build, Expr, ReasonBehaviour, ReasonId, Ruleset, TextField, TextTest};
+use crate::diag::Diagnostic;
+use crate::syntax::SourceMap;
+pub use input::{Body, ProviderError};
+
+/// Only the first 1 MiB of a message is examined: provider errors are short,
+/// and a multi-megabyte "message" is an echoed prompt whose tail cannot
+/// change what the error means.
+pub const MAX_SCAN_BYTES: usize = 1 << 20;
+
+/// A compiled ruleset ready to classify: build once, share, call
+/// [`Engine::classify`] from any thread.
+#[derive(Debug)]
+pub struct Engine {
+    ruleset: Ruleset,
+    plan: Plan,
+    sources: SourceMap,
+    warnings: Vec<Diagnostic>,
+}
+
+/// The verdict on one error. Borrowed from the engine: no allocation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Classification<'e> {
+    pub reason: &'e str,
+    pub reason_id: ReasonId,
+    /// The deciding rule's id; `None` when no rule matched (`unclassified`).
+    pub rule: Option<&'e str>,
+    pub rule_index: Option<RuleIdx>,
+    /// Whether the reason's behaviour continues the fallback (R9).
+    pub failover: bool,
+    pub behaviour: &'e ReasonBehaviour,
+    /// The status used: explicit, from the body, or from the message text.
+    pub status: Option<u16>,
+    /// The message was longer than [`MAX_SCAN_BYTES`].
+    pub truncated: bool,
+}
+
+/// What `--explain` shows: how the verdict was reached.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Explanation {
+    /// Atoms found in the message, in scan order (deduplicated).
+    pub atoms_hit: Vec<String>,
+    /// Candidate rules verified, in order, and whether each held.
+    pub verified: Vec<(RuleIdx, bool)>,
+    /// The normalised inputs the rules saw.
+    pub status: Option<u16>,
+    pub code: Option<String>,
+    pub error_type: Option<String>,
+    pub message: String,
+}
+
+/// Reusable buffers for classification. One per thread; see
+/// [`Engine::classify_with`].
+#[derive(Debug, Default)]
+pub struct Scratch {
+    lower: Vec<u8>,
+    text: String,
+    provider: String,
+    model: String,
+    code: String,
+    error_type: String,
+    body_raw: String,
+    candidates: Vec<RuleIdx>,
+    json: Option<Value>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// The normalised error the rules look at.
+struct View<'a> {
+    text: &'a str,
+    lower: &'a [u8],
+    status: Option<u16>,
+    provider: Option<&'a str>,
+    model: Option<&'a str>,
+    code: Option<&'a str>,
+    error_type: Option<&'a str>,
+    body_raw: Option<&'a str>,
+    body_json: Option<&'a Value>,
+}
+
+impl Engine {
+    /// The embedded default ruleset. It is checked by the test suite, so a
+    /// failure here is a build defect.
+    pub fn builtin() -> Engine {
+        let build = crate::load::build(&[], true).expect("embedded rules need no files");
+        Engine::from_build(build).unwrap_or_else(|(sources, diags)| {
+            panic!(
+                "the embedded default ruleset does not compile:\n{}",
+                crate::diag::render_all(&diags, &sources)
+            )
+        })
+    }
+
+    /// Builds an engine from a compile result; on errors, returns the
+    /// sources and diagnostics for rendering.
+    pub fn from_build(build: Build) -> Result<Engine, (SourceMap, Vec<Diagnostic>)> {
+        match build.ruleset {
+            Some(ruleset) => {
+                let plan = Plan::build(&ruleset.rules);
+                Ok(Engine {
+                    ruleset,
+                    plan,
+                    sources: build.sources,
+                    warnings: build.diagnostics,
+                })
+            }
+            None => Err((build.sources, build.diagnostics)),
+        }
+    }
+
+    pub fn ruleset(&self) -> &Ruleset {
+        &self.ruleset
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn sources(&self) -> &SourceMap {
+        &self.sources
+    }
+
+    /// Warnings found while compiling (errors prevent an engine).
+    pub fn warnings(&self) -> &[Diagnostic] {
+        &self.warnings
+    }
+
+    /// Classifies with a thread-local scratch buffer.
+    pub fn classify(&self, err: &ProviderError) -> Classification<'_> {
+        SCRATCH.with(|s| self.classify_with(err, &mut s.borrow_mut()))
+    }
+
+    /// Classifies with caller-owned scratch space (the allocation-free path).
+    pub fn classify_with(&self, err: &ProviderError, scratch: &mut Scratch) -> Classification<'_> {
+        self.run(err, scratch, None)
+    }
+
+    /// Classifies and records how the verdict was reached.
+    pub fn explain(&self, err: &ProviderError) -> (Classification<'_>, Explanation) {
+        let mut ex = Explanation::default();
+        let c = SCRATCH.with(|s| self.run(err, &mut s.borrow_mut(), Some(&mut ex)));
+        (c, ex)
+    }
+
+    fn verdict(
+        &self,
+        rule: Option<RuleIdx>,
+        status: Option<u16>,
+        truncated: bool,
+    ) -> Classification<'_> {
+        let reason_id = match rule {
+            Some(i) => self.ruleset.rules[i as usize].reason,
+            None => self.ruleset.unclassified,
+        };
+        let def = self.ruleset.reason(reason_id);
+        Classification {
+            reason: &def.name,
+            reason_id,
+            rule: rule.map(|i| self.ruleset.rules[i as usize].id.as_str()),
+            rule_index: rule,
+            failover: def.behaviour.failover,
+            behaviour: &def.behaviour,
+            status,
+            truncated,
+        }
+    }
+
+    fn run(
+        &self,
+        err: &ProviderError,
+        scratch: &mut Scratch,
+        mut explain: Option<&mut Explanation>,
+    ) -> Classification<'_> {
+        let Scratch {
+            lower,
+            text,
+            provider,
+            model,
+            code,
+            error_type,
+            body_raw,
+            candidates,
+            json,
+        } = scratch;
+
+        // 1. Normalise. The plain path (a message, no body) copies nothing
+        //    but the lower-cased text.
+        let mut status = err.status;
+        let mut body_code = false;
+        let mut type_in = err.error_type;
+        let mut message = err.message.unwrap_or("");
+        let mut has_body_raw = false;
+        *json = None;
+
+        let body_json: Option<&Value> = match err.body {
+            Some(Body::Json(v)) => Some(v),
+            Some(Body::Text(t)) => {
+                body_raw.clear();
+                body_raw.push_str(t);
+                has_body_raw = true;
+                parse_json_text(t, json)
+            }
+            None => {
+                // A message that is (or starts with a status then) JSON is a body.
+                let after_status = input::leading_status(message).map_or(message, |(_, rest)| rest);
+                if looks_like_json(after_status) {
+                    parse_json_text(after_status, json)
+                } else {
+                    None
+                }
+            }
+        };
+        let body_json: Option<&Value> = match (err.body, body_json) {
+            (Some(Body::Json(v)), _) => Some(v),
+            (_, Some(_)) => json.as_ref(),
+            _ => None,
+        };
+        let mut composed = false;
+        if let Some(v) = body_json {
+            let ex = input::extract(v);
+            if status.is_none() {
+                status = ex.status;
+            }
+            if err.code.is_none() {
+                if let Some(c) = &ex.code {
+                    code.clear();
+                    code.push_str(c);
+                    body_code = true;
+                }
+            }
+            if type_in.is_none() {
+                type_in = ex.error_type;
+            }
+            // The message text: the caller's message, plus what the body
+            // says when the message does not already say it.
+            text.clear();
+            text.push_str(message);
+            for part in [ex.message, ex.raw].into_iter().flatten() {
+                if !part.is_empty() && !message.contains(part) {
+                    if !text.is_empty() {
+                        text.push('\n');
+                    }
+                    text.push_str(part);
+                }
+            }
+            if message.is_empty() && text.is_empty() && has_body_raw {
+                text.push_str(body_raw);
+            }
+            composed = true;
+            if has_body_raw {
+                // keep as given
+            } else if let Some(Body::Json(v)) = err.body {
+                body_raw.clear();
+                body_raw.push_str(&v.to_string());
+                has_body_raw = true;
+            }
+        } else if has_body_raw && message.is_empty() {
+            text.clear();
+            text.push_str(body_raw);
+            composed = true;
+        }
+        if composed {
+            message = text.as_str();
+        }
+        if status.is_none() {
+            status = input::leading_status(message).map(|(s, _)| s);
+        }
+        let mut truncated = false;
+        if message.len() > MAX_SCAN_BYTES {
+            let mut end = MAX_SCAN_BYTES;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message = &message[..end];
+            truncated = true;
+        }
+        lower.clear();
+        lower.extend_from_slice(message.as_bytes());
+        lower.make_ascii_lowercase();
+        let provider_l = lower_into(err.provider, provider);
+        let model_l = lower_into(err.model, model);
+        let code_l = if body_code {
+            code.make_ascii_lowercase();
+            Some(code.as_str())
+        } else {
+            lower_into(err.code, code)
+        };
+        let type_l = lower_into(type_in, error_type);
+        if has_body_raw {
+            body_raw.make_ascii_lowercase();
+        }
+
+        let view = View {
+            text: message,
+            lower,
+            status,
+            provider: provider_l,
+            model: model_l,
+            code: code_l,
+            error_type: type_l,
+            body_raw: has_body_raw.then_some(body_raw.as_str()),
+            body_json,
+        };
+
+        // 2. Candidates.
+        candidates.clear();
+        if let Some(ac) = &self.plan.atoms {
+            for m in ac.find_overlapping_iter(view.lower) {
+                let pid = m.pattern().as_usize();
+                candidates.extend_from_slice(&self.plan.atom_rules[pid]);
+                if let Some(ex) = explain.as_deref_mut() {
+                    let atom = &self.plan.atom_texts[pid];
+                    if !ex.atoms_hit.contains(atom) {
+                        ex.atoms_hit.push(atom.clone());
+                    }
+                }
+            }
+        }
+        if let Some(s) = view.status {
+            candidates.extend_from_slice(&self.plan.by_status[(s - 100) as usize]);
+        }
+        if let Some(p) = view.provider {
+            if let Some(rs) = self.plan.by_provider.get(p) {
+                candidates.extend_from_slice(rs);
+            }
+        }
+        if let Some(c) = view.code {
+            if let Some(rs) = self.plan.by_code.get(c) {
+                candidates.extend_from_slice(rs);
+            }
+        }
+        candidates.extend_from_slice(&self.plan.always);
+        candidates.sort_unstable();
+        candidates.dedup();
+
+        // 3. Verify in rule order.
+        let mut winner = None;
+        for &idx in candidates.iter() {
+            let holds = eval(&self.ruleset.rules[idx as usize].cond, &view);
+            if let Some(ex) = explain.as_deref_mut() {
+                ex.verified.push((idx, holds));
+            }
+            if holds {
+                winner = Some(idx);
+                break;
+            }
+        }
+        if let Some(ex) = explain {
+            ex.status = view.status;
+            ex.code = view.code.map(str::to_string);
+            ex.error_type = view.error_type.map(str::to_string);
+            ex.message = view.text.to_string();
+        }
+        self.verdict(winner, status, truncated)
+    }
+}
+
+fn looks_like_json(s: &str) -> bool {
+    let t = s.trim_start();
+    t.starts_with('{') || t.starts_with('[')
+}
+
+fn parse_json_text<'j>(t: &str, slot: &'j mut Option<Value>) -> Option<&'j Value> {
+    if !looks_like_json(t) {
+        return None;
+    }
+    *slot = serde_json::from_str(t.trim()).ok();
+    slot.as_ref()
+}
+
+fn lower_into<'b>(value: Option<&str>, buf: &'b mut String) -> Option<&'b str> {
+    let v = value?;
+    buf.clear();
+    buf.push_str(v);
+    buf.make_ascii_lowercase();
+    Some(buf.as_str())
+}
+
+fn eval(expr: &Expr, v: &View) -> bool {
+    match expr {
+        Expr::And(parts) => parts.iter().all(|p| eval(p, v)),
+        Expr::Or(parts) => parts.iter().any(|p| eval(p, v)),
+        Expr::Not(inner) => !eval(inner, v),
+        Expr::Status(set) => v.status.is_some_and(|s| set.contains(s)),
+        Expr::StatusEmpty => v.status.is_none(),
+        Expr::Text(field, test) => match field {
+            TextField::Message => text_test(test, Some(v.lower), v.text),
+            TextField::Provider => short_test(test, v.provider),
+            TextField::Model => short_test(test, v.model),
+            TextField::Code => short_test(test, v.code),
+            TextField::Type => short_test(test, v.error_type),
+            TextField::BodyRaw => short_test(test, v.body_raw),
+            TextField::BodyPath(path) => {
+                let value = v.body_json.and_then(|j| json_path(j, path));
+                match value {
+                    None | Some(Value::Null) => matches!(test, TextTest::IsEmpty),
+                    Some(Value::String(s)) => owned_test(test, s),
+                    Some(Value::Number(n)) => owned_test(test, &n.to_string()),
+                    Some(Value::Bool(b)) => owned_test(test, if *b { "true" } else { "false" }),
+                    Some(other) => owned_test(test, &other.to_string()),
+                }
+            }
+        },
+    }
+}
+
+/// A test on an already lower-cased field (or absent).
+fn short_test(test: &TextTest, value: Option<&str>) -> bool {
+    match value {
+        None => matches!(test, TextTest::IsEmpty),
+        Some(s) => text_test(test, Some(s.as_bytes()), s),
+    }
+}
+
+/// A test on a value that is not lower-cased yet (JSON body fields).
+fn owned_test(test: &TextTest, value: &str) -> bool {
+    let lower = value.to_ascii_lowercase();
+    text_test(test, Some(lower.as_bytes()), value)
+}
+
+/// `lower` is the ASCII-lower-cased form of `original`.
+fn text_test(test: &TextTest, lower: Option<&[u8]>, original: &str) -> bool {
+    let lower = lower.unwrap_or_default();
+    match test {
+        TextTest::IsEmpty => lower.iter().all(u8::is_ascii_whitespace),
+        TextTest::Eq(s) => trim(lower) == s.as_bytes(),
+        TextTest::In(list) => {
+            let t = trim(lower);
+            list.iter().any(|s| t == s.as_bytes())
+        }
+        TextTest::Has(l) => l.is_in(lower),
+        TextTest::HasAny(ls) => ls.iter().any(|l| l.is_in(lower)),
+        TextTest::HasAll(ls) => ls.iter().all(|l| l.is_in(lower)),
+        TextTest::StartsWith(s) => trim(lower).starts_with(s.as_bytes()),
+        TextTest::EndsWith(s) => trim(lower).ends_with(s.as_bytes()),
+        TextTest::Matches(re) => re.regex.is_match(original),
+    }
+}
+
+/// Equality and prefix tests ignore surrounding whitespace: providers and
+/// gateways pad messages inconsistently.
+fn trim(b: &[u8]) -> &[u8] {
+    b.trim_ascii()
+}
+
+fn json_path<'v>(v: &'v Value, path: &[String]) -> Option<&'v Value> {
+    let mut cur = v;
+    for seg in path {
+        cur = match cur {
+            Value::Object(m) => m.get(seg)?,
+            Value::Array(a) => a.get(seg.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine(rules: &str) -> Engine {
+        let mut sources = SourceMap::new();
+        let f = sources.add(
+            "t.rules",
+            format!("reason unclassified {{ failover }}\n{rules}"),
+        );
+        let layer = crate::compile::Layer {
+            name: "t".into(),
+            files: vec![f],
+            is_default: false,
+        };
+        let build = crate::compile::compile(sources, vec![layer], Vec::new());
+        Engine::from_build(build)
+            .unwrap_or_else(|(s, d)| panic!("{}", crate::diag::render_all(&d, &s)))
+    }
+
+    #[test]
+    fn first_matching_rule_in_order_wins() {
+        let e = engine(
+            r#"
+            reason a { failover }
+            reason b { stop }
+            rule first when message has "limit" and status == 402 => a
+            rule second when message has "limit" => b
+            "#,
+        );
+        let c = e.classify(&ProviderError::message("Limit reached").with_status(402));
+        assert_eq!((c.reason, c.rule), ("a", Some("first")));
+        let c = e.classify(&ProviderError::message("limit reached"));
+        assert_eq!((c.reason, c.rule, c.failover), ("b", Some("second"), false));
+        let c = e.classify(&ProviderError::message("nothing"));
+        assert_eq!((c.reason, c.rule), ("unclassified", None));
+    }
+
+    #[test]
+    fn leading_status_in_text_counts_as_status() {
+        let e = engine("reason r { failover }\nrule s when status == 429 => r");
+        let c = e.classify(&ProviderError::message("HTTP 429: slow down"));
+        assert_eq!((c.rule, c.status), (Some("s"), Some(429)));
+        assert_eq!(
+            e.classify(&ProviderError::message("echo: HTTP 429")).rule,
+            None
+        );
+    }
+
+    #[test]
+    fn json_body_fields_and_message() {
+        let e = engine(
+            r#"
+            reason r { failover }
+            rule z when body.error.code == 1311 => r
+            rule t when type == "overloaded_error" => r
+            rule m when message has "upstream said no" => r
+            "#,
+        );
+        let z = r#"{"error":{"code":1311,"message":"plan"}}"#;
+        assert_eq!(
+            e.classify(&ProviderError::default().with_body(Body::Text(z)))
+                .rule,
+            Some("z")
+        );
+        let a = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        assert_eq!(e.classify(&ProviderError::message(a)).rule, Some("t"));
+        let o = r#"{"error":{"message":"Provider returned error","code":429,"metadata":{"raw":"upstream said no"}}}"#;
+        let c = e.classify(&ProviderError::default().with_body(Body::Text(o)));
+        assert_eq!((c.rule, c.status), (Some("m"), Some(429)));
+    }
+
+    #[test]
+    fn regex_runs_on_original_text_case_insensitively() {
+        let e = engine("reason r { failover }\nrule x when message matches /Key\\s+Limit/ => r\nrule y when message matches /ABC/c => r");
+        assert_eq!(
+            e.classify(&ProviderError::message("KEY   limit")).rule,
+            Some("x")
+        );
+        assert_eq!(e.classify(&ProviderError::message("abc")).rule, None);
+        assert_eq!(e.classify(&ProviderError::message("ABC")).rule, Some("y"));
+    }
+
+    #[test]
+    fn huge_message_is_truncated_not_rejected() {
+        let e = engine("reason r { failover }\nrule x when message has \"quota\" => r");
+        let big = format!("quota {}", "x".repeat(3 * MAX_SCAN_BYTES));
+        let c = e.classify(&ProviderError::message(&big));
+        assert_eq!((c.rule, c.truncated), (Some("x"), true));
+    }
+
+    #[test]
+    fn explain_lists_atoms_and_verified_rules() {
+        let e = engine("reason r { failover }\nrule a when message has \"quota\" and status == 500 => r\nrule b when message has \"quota\" => r");
+        let (c, ex) = e.explain(&ProviderError::message("Quota exceeded"));
+        assert_eq!(c.rule, Some("b"));
+        assert_eq!(ex.atoms_hit, vec!["quota".to_string()]);
+        assert_eq!(ex.verified, vec![(0, false), (1, true)]);
+    }
+}

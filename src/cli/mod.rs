@@ -1,0 +1,63 @@
+//! The operator's command line. Thin: parses arguments, calls the library,
+//! formats output. Exit codes: 0 success, 1 the input has problems
+//! (diagnostics, failing cases, bad lines), 2 usage errors (missing files,
+//! bad flags).
+
+mod check;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::load::UsageError;
+
+#[derive(Parser, Debug)]
+#[command(name = "failover", version, about = "A policy engine for LLM model failover", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Parse, validate and lint rules files; print diagnostics.
+    Check(check::CheckArgs),
+}
+
+/// `--rules DIR` (repeatable) and `--no-defaults`, shared by the commands
+/// that load a ruleset.
+#[derive(Args, Debug, Clone)]
+pub struct RulesArgs {
+    /// A directory of operator `.rules` files, layered over the defaults
+    /// (repeatable; earlier directories take precedence).
+    #[arg(long = "rules", value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// Do not load the embedded default ruleset.
+    #[arg(long)]
+    pub no_defaults: bool,
+}
+
+/// Runs the command line and returns the process exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let result = match cli.command {
+        Command::Check(args) => check::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            2
+        }
+    }
+}
+
+/// The result of a command: an exit code, or a usage error (exit 2).
+pub type CmdResult = Result<i32, UsageError>;

@@ -1,0 +1,409 @@
+//! Atoms: the literal text a rule needs before it can match.
+//!
+//! Classifying a message should not mean trying every rule. For each rule we
+//! extract a set of *atoms* — lower-cased literals such that any message the
+//! rule matches contains at least one of them (the idea of yara-x's atoms).
+//! All atoms of all rules go into one automaton; a message is scanned once,
+//! and only the rules whose atoms occur are verified.
+//!
+//! Worked example. For
+//!
+//! ```text
+//! rule r when status == 402 and message matches /(daily|weekly) (usage )?limit/ => rate_limit
+//! ```
+//!
+//! the `status` predicate has no text, so the `and` takes the atoms of the
+//! regex. The regex is a concatenation: the alternation `(daily|weekly)` is
+//! exactly {"daily", "weekly"}, the space is exactly {" "}, and the optional
+//! group breaks the run of exact pieces. The run before the break gives
+//! {"daily ", "weekly "}, the literal after it {"limit"}; the rule keeps
+//! the better set: the one whose shortest literal is longest ({"daily ",
+//! "weekly "}, shortest 6 bytes). A message must contain `daily ` or
+//! `weekly ` before the regex is ever run.
+//!
+//! Rules without atoms (a bare `status == 429`) are routed by table lookups
+//! instead ([`gate`]): by provider, code or status. A rule with neither
+//! atoms nor a gate runs on every message; `check` warns when such a rule
+//! holds a regex (W002).
+
+use regex_syntax::hir::{Class, Hir, HirKind};
+
+use super::ir::{Expr, Rule, StatusSet, TextField, TextTest};
+use crate::diag::{Code, Diagnostic};
+
+/// Atoms shorter than this occur in too many messages to be worth a scan
+/// hit; a rule whose best atom set has a shorter literal is routed as if it
+/// had none.
+pub const MIN_ATOM_LEN: usize = 3;
+
+/// Exact sets larger than this are not expanded further (a class like
+/// `[a-z]` would explode the cross product).
+const MAX_EXACT_SET: usize = 64;
+/// A character class with more members than this is not a literal.
+const MAX_CLASS_CHARS: usize = 4;
+
+/// The atoms of a rule's condition: at least one must occur in the
+/// lower-cased message for the condition to hold. `None` when no usable set
+/// exists.
+pub fn rule_atoms(expr: &Expr) -> Option<Vec<Vec<u8>>> {
+    let atoms = expr_atoms(expr)?;
+    (score(&atoms).0 >= MIN_ATOM_LEN).then_some(atoms)
+}
+
+fn expr_atoms(expr: &Expr) -> Option<Vec<Vec<u8>>> {
+    match expr {
+        Expr::Text(TextField::Message, test) => match test {
+            TextTest::Has(l) => usable(vec![l.text.as_bytes().to_vec()]),
+            TextTest::HasAny(ls) => usable(ls.iter().map(|l| l.text.as_bytes().to_vec()).collect()),
+            TextTest::HasAll(ls) => ls
+                .iter()
+                .filter_map(|l| usable(vec![l.text.as_bytes().to_vec()]))
+                .max_by_key(|s| score(s)),
+            TextTest::Eq(s) | TextTest::StartsWith(s) | TextTest::EndsWith(s) => {
+                usable(vec![s.as_bytes().to_vec()])
+            }
+            TextTest::In(list) => usable(list.iter().map(|s| s.as_bytes().to_vec()).collect()),
+            TextTest::Matches(re) => regex_atoms(re.regex.as_str(), &re.source),
+            TextTest::IsEmpty => None,
+        },
+        Expr::And(parts) => parts.iter().filter_map(expr_atoms).max_by_key(|s| score(s)),
+        Expr::Or(parts) => {
+            let mut all = Vec::new();
+            for p in parts {
+                all.extend(expr_atoms(p)?);
+            }
+            dedup(&mut all);
+            Some(all)
+        }
+        _ => None,
+    }
+}
+
+/// (shortest literal length, fewer alternatives is better).
+fn score(set: &[Vec<u8>]) -> (usize, std::cmp::Reverse<usize>) {
+    let min = set.iter().map(Vec::len).min().unwrap_or(0);
+    (min, std::cmp::Reverse(set.len()))
+}
+
+fn dedup(set: &mut Vec<Vec<u8>>) {
+    set.sort();
+    set.dedup();
+}
+
+/// Keeps a set only if every literal can be matched against ASCII
+/// lower-cased text: non-ASCII letters that have case variants would need
+/// Unicode folding, which the scan does not do.
+fn usable(mut set: Vec<Vec<u8>>) -> Option<Vec<Vec<u8>>> {
+    for lit in &mut set {
+        lit.make_ascii_lowercase();
+        let text = std::str::from_utf8(lit).ok()?;
+        let stable = text.chars().all(|c| {
+            c.is_ascii()
+                || (c.to_lowercase().eq(std::iter::once(c))
+                    && c.to_uppercase().eq(std::iter::once(c)))
+        });
+        if !stable || lit.is_empty() {
+            return None;
+        }
+    }
+    dedup(&mut set);
+    Some(set)
+}
+
+/// Atoms of a regex (as compiled; `flags_source` is `/…/flags`, read for `x`).
+fn regex_atoms(pattern: &str, source: &str) -> Option<Vec<Vec<u8>>> {
+    // The compiled pattern is the text between the slashes; the flags that
+    // change how it parses must be applied again.
+    let flags = source.rsplit('/').next().unwrap_or("");
+    let hir = regex_syntax::ParserBuilder::new()
+        .ignore_whitespace(flags.contains('x'))
+        .multi_line(flags.contains('m'))
+        .dot_matches_new_line(flags.contains('s'))
+        .build()
+        .parse(pattern)
+        .ok()?;
+    let info = analyze(&hir);
+    let best = [info.required, info.exact]
+        .into_iter()
+        .flatten()
+        .max_by_key(|s| score(s))?;
+    usable(best)
+}
+
+/// What is known of the text a regex fragment matches.
+struct Info {
+    /// Every string the fragment can match, when that set is small.
+    exact: Option<Vec<Vec<u8>>>,
+    /// Strings one of which occurs in every match (inexact).
+    required: Option<Vec<Vec<u8>>>,
+}
+
+fn analyze(hir: &Hir) -> Info {
+    match hir.kind() {
+        HirKind::Empty | HirKind::Look(_) => Info {
+            exact: Some(vec![Vec::new()]),
+            required: None,
+        },
+        HirKind::Literal(lit) => {
+            let mut bytes = lit.0.to_vec();
+            bytes.make_ascii_lowercase();
+            Info {
+                exact: Some(vec![bytes]),
+                required: None,
+            }
+        }
+        HirKind::Class(class) => Info {
+            exact: class_members(class),
+            required: None,
+        },
+        HirKind::Capture(c) => analyze(&c.sub),
+        HirKind::Repetition(rep) => {
+            let inner = analyze(&rep.sub);
+            if rep.min == 0 {
+                return Info {
+                    exact: None,
+                    required: None,
+                };
+            }
+            let exact = if rep.min == 1 && rep.max == Some(1) {
+                inner.exact.clone()
+            } else {
+                None
+            };
+            Info {
+                exact,
+                required: best(inner.required, inner.exact),
+            }
+        }
+        HirKind::Alternation(subs) => {
+            let infos: Vec<Info> = subs.iter().map(analyze).collect();
+            let exact = union(infos.iter().map(|i| i.exact.clone()));
+            let required = union(infos.into_iter().map(|i| best(i.required, i.exact)));
+            Info { exact, required }
+        }
+        HirKind::Concat(subs) => {
+            let mut run: Option<Vec<Vec<u8>>> = Some(vec![Vec::new()]);
+            let mut candidates: Vec<Vec<Vec<u8>>> = Vec::new();
+            let mut whole_exact = true;
+            for sub in subs {
+                let info = analyze(sub);
+                let product = match (&run, &info.exact) {
+                    (Some(r), Some(e)) if r.len() * e.len() <= MAX_EXACT_SET => Some(cross(r, e)),
+                    _ => None,
+                };
+                match product {
+                    Some(p) => run = Some(p),
+                    None => {
+                        whole_exact = false;
+                        if let Some(r) = run.take() {
+                            candidates.push(r);
+                        }
+                        if let Some(r) = best(info.required, info.exact.clone()) {
+                            candidates.push(r);
+                        }
+                        // A fresh run may start with this piece when it is exact.
+                        run = info
+                            .exact
+                            .filter(|e| e.len() <= MAX_EXACT_SET)
+                            .or(Some(vec![Vec::new()]));
+                    }
+                }
+            }
+            if let Some(r) = &run {
+                candidates.push(r.clone());
+            }
+            let required = candidates.into_iter().max_by_key(|s| score(s));
+            Info {
+                exact: if whole_exact { run } else { None },
+                required,
+            }
+        }
+    }
+}
+
+fn best(a: Option<Vec<Vec<u8>>>, b: Option<Vec<Vec<u8>>>) -> Option<Vec<Vec<u8>>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if score(&a) >= score(&b) { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+fn union(sets: impl Iterator<Item = Option<Vec<Vec<u8>>>>) -> Option<Vec<Vec<u8>>> {
+    let mut all = Vec::new();
+    for s in sets {
+        all.extend(s?);
+        if all.len() > MAX_EXACT_SET {
+            return None;
+        }
+    }
+    dedup(&mut all);
+    Some(all)
+}
+
+fn cross(a: &[Vec<u8>], b: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut out = Vec::with_capacity(a.len() * b.len());
+    for x in a {
+        for y in b {
+            let mut s = x.clone();
+            s.extend_from_slice(y);
+            out.push(s);
+        }
+    }
+    dedup(&mut out);
+    out
+}
+
+/// The members of a small class, ASCII lower-cased (`[Aa]` is one member).
+fn class_members(class: &Class) -> Option<Vec<Vec<u8>>> {
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    match class {
+        Class::Unicode(c) => {
+            for r in c.ranges() {
+                let (lo, hi) = (r.start() as u32, r.end() as u32);
+                if (hi - lo) as usize >= MAX_CLASS_CHARS * 2 {
+                    return None;
+                }
+                for cp in lo..=hi {
+                    let ch = char::from_u32(cp)?.to_ascii_lowercase();
+                    let mut buf = [0u8; 4];
+                    out.push(ch.encode_utf8(&mut buf).as_bytes().to_vec());
+                }
+            }
+        }
+        Class::Bytes(c) => {
+            for r in c.ranges() {
+                if (r.end() - r.start()) as usize >= MAX_CLASS_CHARS * 2 {
+                    return None;
+                }
+                for b in r.start()..=r.end() {
+                    out.push(vec![b.to_ascii_lowercase()]);
+                }
+            }
+        }
+    }
+    dedup(&mut out);
+    (out.len() <= MAX_CLASS_CHARS).then_some(out)
+}
+
+/// A table lookup that routes a rule without atoms.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Gate {
+    /// Only errors of these providers (lower-cased) can match.
+    Provider(Vec<String>),
+    /// Only errors with one of these codes (lower-cased) can match.
+    Code(Vec<String>),
+    /// Only errors with a status in this set can match.
+    Status(StatusSet),
+}
+
+/// The most selective table lookup that every match of `expr` passes.
+pub fn gate(expr: &Expr) -> Option<Gate> {
+    match expr {
+        Expr::Status(s) => Some(Gate::Status(s.clone())),
+        Expr::Text(TextField::Provider, TextTest::Eq(p)) => Some(Gate::Provider(vec![p.clone()])),
+        Expr::Text(TextField::Provider, TextTest::In(ps)) => Some(Gate::Provider(ps.clone())),
+        Expr::Text(TextField::Code, TextTest::Eq(c)) => Some(Gate::Code(vec![c.clone()])),
+        Expr::Text(TextField::Code, TextTest::In(cs)) => Some(Gate::Code(cs.clone())),
+        Expr::And(parts) => {
+            let gates: Vec<Gate> = parts.iter().filter_map(gate).collect();
+            // Provider and code lists are short and specific; prefer them.
+            gates
+                .iter()
+                .find(|g| matches!(g, Gate::Provider(_)))
+                .or_else(|| gates.iter().find(|g| matches!(g, Gate::Code(_))))
+                .or_else(|| gates.first())
+                .cloned()
+        }
+        Expr::Or(parts) => {
+            let mut ranges = Vec::new();
+            for p in parts {
+                match gate(p)? {
+                    Gate::Status(s) => ranges.extend_from_slice(s.ranges()),
+                    _ => return None,
+                }
+            }
+            Some(Gate::Status(StatusSet::from_ranges(ranges)))
+        }
+        _ => None,
+    }
+}
+
+fn has_regex(expr: &Expr) -> bool {
+    match expr {
+        Expr::Text(_, TextTest::Matches(_)) => true,
+        Expr::And(p) | Expr::Or(p) => p.iter().any(has_regex),
+        Expr::Not(e) => has_regex(e),
+        _ => false,
+    }
+}
+
+/// W002: a rule whose regex would run on every message.
+pub fn lint_slow_regexes(rules: &[Rule]) -> Vec<Diagnostic> {
+    rules
+        .iter()
+        .filter(|r| has_regex(&r.cond) && rule_atoms(&r.cond).is_none() && gate(&r.cond).is_none())
+        .map(|r| {
+            Diagnostic::new(
+                Code::W002,
+                r.span,
+                format!("rule `{}` has no literal text of {MIN_ATOM_LEN}+ bytes: its regex runs on every message", r.id),
+            )
+            .label("no atom and no provider/status/code to route by")
+            .help("add a literal the message must contain (`message has \"…\" and …`), or write the regex around a fixed word")
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn atoms_of(pattern: &str) -> Option<Vec<String>> {
+        regex_atoms(pattern, &format!("/{pattern}/")).map(|s| {
+            s.into_iter()
+                .map(|b| String::from_utf8(b).unwrap())
+                .collect()
+        })
+    }
+
+    #[test]
+    fn worked_example_from_the_module_essay() {
+        assert_eq!(
+            atoms_of("(daily|weekly) (usage )?limit").unwrap(),
+            vec!["daily ".to_string(), "weekly ".to_string()]
+        );
+    }
+
+    #[test]
+    fn small_classes_expand_and_case_folds() {
+        assert_eq!(
+            atoms_of("Rate[_ ]Limit").unwrap(),
+            vec!["rate limit", "rate_limit"]
+        );
+    }
+
+    #[test]
+    fn alternation_needs_atoms_in_every_branch() {
+        assert_eq!(
+            atoms_of(r"throttl(ed|ing)|too many requests").unwrap(),
+            vec!["throttled", "throttling", "too many requests"]
+        );
+        assert_eq!(atoms_of(r"\d+|foo"), None);
+    }
+
+    #[test]
+    fn word_boundaries_and_anchors_are_transparent() {
+        assert_eq!(atoms_of(r"^\s*\btpm\b").unwrap(), vec!["tpm"]);
+    }
+
+    #[test]
+    fn no_literal_means_no_atoms() {
+        assert_eq!(atoms_of(r"^\d{3}\s*$"), None);
+        assert_eq!(atoms_of(r".*"), None);
+    }
+
+    #[test]
+    fn cjk_literals_are_atoms() {
+        assert_eq!(atoms_of("余额不足").unwrap(), vec!["余额不足"]);
+    }
+}

@@ -1,0 +1,169 @@
+//! The validated intermediate representation of classification rules.
+//!
+//! Everything here is checked: reasons resolved to ids, statuses in range,
+//! literals lower-cased, regexes compiled. The matcher plan
+//! ([`super::plan`]) and the runtime ([`crate::classify`]) work on this.
+
+use memchr::memmem;
+use regex::Regex;
+
+use super::reasons::ReasonId;
+use crate::syntax::Span;
+
+/// One classification rule, in precedence order inside a [`super::Ruleset`].
+#[derive(Debug)]
+pub struct Rule {
+    /// The stable dotted id (`billing.openrouter.key_limit`).
+    pub id: String,
+    pub reason: ReasonId,
+    pub cond: Expr,
+    /// The span of the rule's id (where `--explain` and warnings point).
+    pub span: Span,
+    /// 0 = the first operator layer; the embedded defaults come last.
+    pub layer: usize,
+    /// Whether the rule belongs to the embedded default ruleset.
+    pub is_default: bool,
+}
+
+/// A condition tree. Text comparisons are ASCII case-insensitive: both
+/// sides are lower-cased (literals here, input once per message).
+#[derive(Debug, PartialEq)]
+pub enum Expr {
+    And(Vec<Expr>),
+    Or(Vec<Expr>),
+    Not(Box<Expr>),
+    /// The HTTP status is known and in the set.
+    Status(StatusSet),
+    /// No HTTP status is known.
+    StatusEmpty,
+    Text(TextField, TextTest),
+}
+
+/// Text-valued inputs a predicate can look at.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TextField {
+    Message,
+    Provider,
+    Model,
+    Code,
+    Type,
+    /// The raw body text.
+    BodyRaw,
+    /// A scalar at a path of the JSON body.
+    BodyPath(Vec<String>),
+}
+
+impl TextField {
+    pub fn display(&self) -> String {
+        match self {
+            TextField::Message => "message".into(),
+            TextField::Provider => "provider".into(),
+            TextField::Model => "model".into(),
+            TextField::Code => "code".into(),
+            TextField::Type => "type".into(),
+            TextField::BodyRaw => "body".into(),
+            TextField::BodyPath(p) => format!("body.{}", p.join(".")),
+        }
+    }
+}
+
+#[derive(Debug, PartialEq)]
+pub enum TextTest {
+    /// Equal to the (lower-cased) text.
+    Eq(String),
+    /// Equal to one of the texts.
+    In(Vec<String>),
+    Has(Literal),
+    HasAny(Vec<Literal>),
+    HasAll(Vec<Literal>),
+    StartsWith(String),
+    EndsWith(String),
+    Matches(Box<CompiledRegex>),
+    IsEmpty,
+}
+
+/// A lower-cased literal with a prebuilt substring searcher.
+#[derive(Clone, Debug)]
+pub struct Literal {
+    pub text: String,
+    finder: memmem::Finder<'static>,
+}
+
+impl Literal {
+    pub fn new(text: &str) -> Self {
+        let text = text.to_ascii_lowercase();
+        let finder = memmem::Finder::new(text.as_bytes()).into_owned();
+        Literal { text, finder }
+    }
+
+    /// Whether the literal occurs in an already lower-cased haystack.
+    #[inline]
+    pub fn is_in(&self, haystack_lower: &[u8]) -> bool {
+        self.finder.find(haystack_lower).is_some()
+    }
+}
+
+impl PartialEq for Literal {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+/// A compiled regex with the source it came from.
+#[derive(Debug)]
+pub struct CompiledRegex {
+    /// As written between the slashes, plus flags: `/…/flags`.
+    pub source: String,
+    pub regex: Regex,
+}
+
+impl PartialEq for CompiledRegex {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+/// A set of HTTP statuses as sorted, disjoint, inclusive ranges.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StatusSet {
+    ranges: Vec<(u16, u16)>,
+}
+
+impl StatusSet {
+    pub fn from_ranges(mut ranges: Vec<(u16, u16)>) -> Self {
+        ranges.sort_unstable();
+        let mut merged: Vec<(u16, u16)> = Vec::with_capacity(ranges.len());
+        for (lo, hi) in ranges {
+            match merged.last_mut() {
+                Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+                _ => merged.push((lo, hi)),
+            }
+        }
+        StatusSet { ranges: merged }
+    }
+
+    #[inline]
+    pub fn contains(&self, status: u16) -> bool {
+        self.ranges
+            .iter()
+            .any(|&(lo, hi)| lo <= status && status <= hi)
+    }
+
+    /// Whether every status of `self` is in `other`.
+    pub fn is_subset(&self, other: &StatusSet) -> bool {
+        self.ranges.iter().all(|&(lo, hi)| {
+            other
+                .ranges
+                .iter()
+                .any(|&(olo, ohi)| olo <= lo && hi <= ohi)
+        })
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u16> + '_ {
+        self.ranges.iter().flat_map(|&(lo, hi)| lo..=hi)
+    }
+
+    pub fn ranges(&self) -> &[(u16, u16)] {
+        &self.ranges
+    }
+}

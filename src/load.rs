@@ -1,0 +1,191 @@
+//! Finding rules files: the embedded default ruleset and operator
+//! directories.
+//!
+//! Within a directory, `.rules` files are taken recursively in path order
+//! (byte order of the relative path, `/`-separated), which is also their
+//! precedence order. Golden cases (`*.cases.yaml`) beside them are found the
+//! same way by `failover test`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::compile::{self, Build, Layer};
+use crate::syntax::{display_name, SourceMap};
+
+/// The embedded default ruleset: `rules/` at build time, as (path, text).
+/// A unit test checks that this list matches the directory.
+pub const DEFAULT_RULES: &[(&str, &str)] = &[
+    (
+        "rules/00-reasons.rules",
+        include_str!("../rules/00-reasons.rules"),
+    ),
+    (
+        "rules/05-selection.rules",
+        include_str!("../rules/05-selection.rules"),
+    ),
+];
+
+/// The golden cases of the default ruleset, (path, text).
+pub const DEFAULT_CASES: &[(&str, &str)] = &[];
+
+/// A problem with the command line's inputs (exit code 2), as opposed to a
+/// problem inside a rules file (a diagnostic, exit code 1).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Files of one directory with the given suffix, recursively, in path order.
+pub fn files_with_suffix(dir: &Path, suffix: &str) -> Result<Vec<PathBuf>, UsageError> {
+    let meta = std::fs::metadata(dir).map_err(|e| {
+        UsageError(format!(
+            "cannot read rules directory `{}`: {}",
+            display_name(dir),
+            plain_io(&e)
+        ))
+    })?;
+    if !meta.is_dir() {
+        return Err(UsageError(format!(
+            "`{}` is not a directory",
+            display_name(dir)
+        )));
+    }
+    let mut out = Vec::new();
+    walk(dir, suffix, &mut out)?;
+    out.sort_by(|a, b| {
+        a.as_os_str()
+            .as_encoded_bytes()
+            .cmp(b.as_os_str().as_encoded_bytes())
+    });
+    Ok(out)
+}
+
+fn walk(dir: &Path, suffix: &str, out: &mut Vec<PathBuf>) -> Result<(), UsageError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        UsageError(format!(
+            "cannot read directory `{}`: {}",
+            display_name(dir),
+            plain_io(&e)
+        ))
+    })?;
+    for entry in entries {
+        let entry = entry.map_err(|e| {
+            UsageError(format!(
+                "cannot read directory `{}`: {}",
+                display_name(dir),
+                plain_io(&e)
+            ))
+        })?;
+        let path = entry.path();
+        let ty = entry.file_type().map_err(|e| {
+            UsageError(format!(
+                "cannot read `{}`: {}",
+                display_name(&path),
+                plain_io(&e)
+            ))
+        })?;
+        if ty.is_dir() {
+            walk(&path, suffix, out)?;
+        } else if path.to_string_lossy().ends_with(suffix) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// An I/O error in plain words, without Rust's `(os error 2)` suffix.
+pub fn plain_io(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => {
+            let s = e.to_string();
+            match s.find(" (os error") {
+                Some(i) => s[..i].to_string(),
+                None => s,
+            }
+        }
+    }
+}
+
+/// Loads and compiles: operator directories first (in the order given),
+/// then the embedded defaults unless `with_defaults` is false.
+pub fn build(dirs: &[PathBuf], with_defaults: bool) -> Result<Build, UsageError> {
+    let mut sources = SourceMap::new();
+    let mut layers = Vec::new();
+    let mut early = Vec::new();
+    for dir in dirs {
+        let paths = files_with_suffix(dir, ".rules")?;
+        if paths.is_empty() {
+            return Err(UsageError(format!(
+                "`{}` holds no `.rules` files (looked recursively)",
+                display_name(dir)
+            )));
+        }
+        let mut files = Vec::new();
+        for path in paths {
+            let bytes = std::fs::read(&path).map_err(|e| {
+                UsageError(format!(
+                    "cannot read `{}`: {}",
+                    display_name(&path),
+                    plain_io(&e)
+                ))
+            })?;
+            let (id, diag) = sources.add_bytes(display_name(&path), bytes);
+            early.extend(diag);
+            files.push(id);
+        }
+        layers.push(Layer {
+            name: display_name(dir),
+            files,
+            is_default: false,
+        });
+    }
+    if with_defaults {
+        let files = DEFAULT_RULES
+            .iter()
+            .map(|(name, text)| sources.add(*name, *text))
+            .collect();
+        layers.push(Layer {
+            name: "defaults".into(),
+            files,
+            is_default: true,
+        });
+    }
+    Ok(compile::compile(sources, layers, early))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_list_matches_the_rules_directory() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let on_disk = |suffix: &str| -> Vec<String> {
+            files_with_suffix(&root.join("rules"), suffix)
+                .unwrap()
+                .iter()
+                .map(|p| display_name(p.strip_prefix(root).unwrap()))
+                .collect()
+        };
+        let embedded: Vec<String> = DEFAULT_RULES.iter().map(|(n, _)| n.to_string()).collect();
+        assert_eq!(
+            embedded,
+            on_disk(".rules"),
+            "update DEFAULT_RULES in src/load.rs"
+        );
+        let cases: Vec<String> = DEFAULT_CASES.iter().map(|(n, _)| n.to_string()).collect();
+        assert_eq!(
+            cases,
+            on_disk(".cases.yaml"),
+            "update DEFAULT_CASES in src/load.rs"
+        );
+    }
+}
