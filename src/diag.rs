@@ -59,11 +59,31 @@ pub enum Code {
     W001,
     /// A regex with no literal of 3+ bytes: it runs on every message.
     W002,
-    /// A rule whose condition can never hold.
-    W003,
 }
 
 impl Code {
+    /// Every code, in order.
+    pub const ALL: [Code; 18] = [
+        Code::E001,
+        Code::E002,
+        Code::E003,
+        Code::E004,
+        Code::E005,
+        Code::E006,
+        Code::E007,
+        Code::E008,
+        Code::E009,
+        Code::E010,
+        Code::E011,
+        Code::E012,
+        Code::E013,
+        Code::E014,
+        Code::E015,
+        Code::E016,
+        Code::W001,
+        Code::W002,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Code::E001 => "E001",
@@ -84,7 +104,6 @@ impl Code {
             Code::E016 => "E016",
             Code::W001 => "W001",
             Code::W002 => "W002",
-            Code::W003 => "W003",
         }
     }
 
@@ -191,8 +210,16 @@ fn render_snippet(out: &mut String, sources: &SourceMap, span: Span, label: &str
     // The caret runs under the span, clipped to the first line.
     let start_byte = file.line_start(line);
     let line_end = start_byte + text.len();
-    let span_start = (span.start as usize).clamp(start_byte, line_end);
-    let span_end = (span.end as usize).clamp(span_start, line_end);
+    // Spans are byte ranges; snap them to character boundaries so a span
+    // that ends inside a character (lossily decoded input) still renders.
+    let snap = |mut i: usize| {
+        while !file.text().is_char_boundary(i) {
+            i += 1;
+        }
+        i
+    };
+    let span_start = snap((span.start as usize).clamp(start_byte, line_end));
+    let span_end = snap((span.end as usize).clamp(span_start, line_end));
     let lead: String = text[..span_start - start_byte]
         .chars()
         .map(|c| if c == '\t' { '\t' } else { ' ' })

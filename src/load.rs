@@ -117,9 +117,7 @@ pub fn plain_io(e: &std::io::Error) -> String {
 /// Loads and compiles: operator directories first (in the order given),
 /// then the embedded defaults unless `with_defaults` is false.
 pub fn build(dirs: &[PathBuf], with_defaults: bool) -> Result<Build, UsageError> {
-    let mut sources = SourceMap::new();
     let mut layers = Vec::new();
-    let mut early = Vec::new();
     for dir in dirs {
         let paths = files_with_suffix(dir, ".rules")?;
         if paths.is_empty() {
@@ -137,13 +135,29 @@ pub fn build(dirs: &[PathBuf], with_defaults: bool) -> Result<Build, UsageError>
                     plain_io(&e)
                 ))
             })?;
-            let (id, diag) = sources.add_bytes(display_name(&path), bytes);
+            files.push((display_name(&path), bytes));
+        }
+        layers.push((display_name(dir), files));
+    }
+    Ok(build_layers(layers, with_defaults))
+}
+
+/// Compiles operator layers given as (layer name, [(file name, bytes)]),
+/// highest priority first, then the defaults unless `with_defaults` is false.
+pub fn build_layers(operator: Vec<(String, Vec<(String, Vec<u8>)>)>, with_defaults: bool) -> Build {
+    let mut sources = SourceMap::new();
+    let mut layers = Vec::new();
+    let mut early = Vec::new();
+    for (name, files) in operator {
+        let mut ids = Vec::new();
+        for (file, bytes) in files {
+            let (id, diag) = sources.add_bytes(file, bytes);
             early.extend(diag);
-            files.push(id);
+            ids.push(id);
         }
         layers.push(Layer {
-            name: display_name(dir),
-            files,
+            name,
+            files: ids,
             is_default: false,
         });
     }
@@ -158,7 +172,7 @@ pub fn build(dirs: &[PathBuf], with_defaults: bool) -> Result<Build, UsageError>
             is_default: true,
         });
     }
-    Ok(compile::compile(sources, layers, early))
+    compile::compile(sources, layers, early)
 }
 
 #[cfg(test)]

@@ -860,7 +860,7 @@ impl Compiler<'_> {
                         "the compiled pattern would exceed {} KB; simplify nested repetitions such as `(a{{100}}){{100}}`",
                         limit / 1024
                     ),
-                    other => other.to_string().lines().last().unwrap_or_default().trim().to_string(),
+                    other => other.to_string().lines().last().unwrap_or_default().trim().trim_start_matches("error: ").to_string(),
                 };
                 self.push(
                     Diagnostic::new(Code::E004, span, "regex does not compile")

@@ -254,11 +254,35 @@ fn syntax_error(sources: &SourceMap, file: FileId, err: &pest::error::Error<Rule
         InputLocation::Pos(p) => p,
         InputLocation::Span((s, _)) => s,
     };
+    // An unterminated string swallows the rest of the line: say so
+    // instead of listing what could follow.
+    let line_rest = text[offset..].split('\n').next().unwrap_or("");
+    if line_rest.starts_with('"')
+        && !line_rest[1..]
+            .replace("\\\\", "")
+            .replace("\\\"", "")
+            .contains('"')
+    {
+        let span = sources.span(file, offset, offset + 1);
+        return Diagnostic::new(Code::E001, span, "unterminated string")
+            .label("this string has no closing `\"` on its line")
+            .help("close the string with `\"`; a `\"` inside a string is written `\\\"`");
+    }
     let found = found_words(text, offset);
+    // Underline the whole token found (as far as it was quoted).
+    let token_len = found
+        .strip_prefix('`')
+        .and_then(|f| f.strip_suffix('`'))
+        .filter(|f| !f.ends_with('…'))
+        .map_or(1, str::len);
     let end = if found == "end of file" || found == "end of line" {
         offset
     } else {
-        offset + text[offset..].chars().next().map_or(0, char::len_utf8)
+        let mut e = (offset + token_len).min(text.len());
+        while !text.is_char_boundary(e) {
+            e -= 1;
+        }
+        e.max(offset + text[offset..].chars().next().map_or(0, char::len_utf8))
     };
     let span = sources.span(file, offset, end);
     match &err.variant {

@@ -1,0 +1,98 @@
+//! `failover check`: exit codes and bad input (issue: rules language).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn failover(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_failover"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("failover-check-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn shipped_rules_are_clean() {
+    let o = failover(&["check", "--deny-warnings"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("no problems"));
+}
+
+#[test]
+fn errors_exit_1_and_warnings_only_with_deny_warnings() {
+    let diags = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/diagnostics");
+    let dir = temp_dir("warn");
+    std::fs::copy(diags.join("w002_slow_regex.rules"), dir.join("w.rules")).unwrap();
+    let d = dir.to_str().unwrap();
+    assert_eq!(failover(&["check", "--rules", d]).status.code(), Some(0));
+    assert_eq!(
+        failover(&["check", "--rules", d, "--deny-warnings"])
+            .status
+            .code(),
+        Some(1)
+    );
+    std::fs::copy(diags.join("e003_duplicate_id.rules"), dir.join("x.rules")).unwrap();
+    let o = failover(&["check", "--rules", d]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("E003") && text(&o).contains("W002"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn usage_errors_exit_2_and_name_the_path() {
+    let o = failover(&["check", "--rules", "/definitely/not/here"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("`/definitely/not/here`"), "{}", text(&o));
+
+    let empty = temp_dir("empty");
+    std::fs::write(empty.join("notes.txt"), "not rules").unwrap();
+    let o = failover(&["check", "--rules", empty.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("holds no `.rules` files"), "{}", text(&o));
+
+    let o = failover(&["check", "--bogus"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn ten_megabyte_file_is_refused_quickly_with_a_clear_message() {
+    let dir = temp_dir("huge");
+    let line = "rule r.x when message has \"quota\" => rate_limit\n";
+    let big: String = line.repeat(10 * 1024 * 1024 / line.len() + 1);
+    std::fs::write(dir.join("big.rules"), big).unwrap();
+    let start = std::time::Instant::now();
+    let o = failover(&["check", "--rules", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("E014") && text(&o).contains("too large"),
+        "{}",
+        text(&o)
+    );
+    assert!(start.elapsed().as_secs() < 20, "took {:?}", start.elapsed());
+}
+
+#[test]
+fn unreadable_file_is_a_usage_error() {
+    let dir = temp_dir("unreadable");
+    std::os::unix::fs::symlink("/definitely/missing", dir.join("dangling.rules")).unwrap();
+    let o = failover(&["check", "--rules", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("dangling.rules"), "{}", text(&o));
+}

@@ -1,0 +1,72 @@
+//! Golden diagnostics: every broken rules file in `tests/diagnostics/`
+//! compiles (layered over the embedded defaults, like an operator's
+//! `--rules` directory) to a reviewed snapshot of its rendered diagnostics.
+//! Files named `nodefaults_*` compile alone.
+
+use failover::diag::{render_all, Code};
+use failover::load::build_layers;
+
+fn render(path: &std::path::Path) -> (String, Vec<Code>) {
+    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    let bytes = std::fs::read(path).unwrap();
+    let with_defaults = !name.starts_with("nodefaults_");
+    let build = build_layers(
+        vec![(
+            "tests/diagnostics".into(),
+            vec![(format!("tests/diagnostics/{name}"), bytes)],
+        )],
+        with_defaults,
+    );
+    let codes = build.diagnostics.iter().map(|d| d.code).collect();
+    (render_all(&build.diagnostics, &build.sources), codes)
+}
+
+#[test]
+fn broken_rules_files_render_reviewed_diagnostics() {
+    insta::glob!("diagnostics/*.rules", |path| {
+        let (text, codes) = render(path);
+        assert!(
+            !codes.is_empty(),
+            "{} produced no diagnostic",
+            path.display()
+        );
+        // The file name announces the code it exercises.
+        let name = path.file_name().unwrap().to_string_lossy().to_uppercase();
+        if let Some(code) = codes.iter().find(|c| name.contains(c.as_str())) {
+            assert!(name.contains(code.as_str()));
+        } else if !name.starts_with("THREE") {
+            panic!(
+                "{} does not produce the code its name announces: {codes:?}",
+                path.display()
+            );
+        }
+        insta::assert_snapshot!(text);
+    });
+}
+
+#[test]
+fn every_code_is_exercised_by_a_golden_file() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/diagnostics");
+    let mut seen = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rules") {
+            seen.extend(render(&path).1.into_iter().map(|c| c.as_str()));
+        }
+    }
+    for code in Code::ALL {
+        assert!(
+            seen.contains(code.as_str()),
+            "no golden file produces {}",
+            code.as_str()
+        );
+    }
+}
+
+#[test]
+fn three_independent_errors_are_reported_together() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/diagnostics/three_independent_errors.rules");
+    let (_, codes) = render(&path);
+    assert_eq!(codes, vec![Code::E006, Code::E004, Code::E002]);
+}
