@@ -10,6 +10,7 @@ pub mod classify;
 pub mod cli;
 pub mod compile;
 pub mod diag;
+pub mod golden;
 pub mod load;
 pub mod syntax;
 

@@ -23,10 +23,91 @@ pub const DEFAULT_RULES: &[(&str, &str)] = &[
         "rules/05-selection.rules",
         include_str!("../rules/05-selection.rules"),
     ),
+    (
+        "rules/10-overrides.rules",
+        include_str!("../rules/10-overrides.rules"),
+    ),
+    (
+        "rules/20-providers/bedrock.rules",
+        include_str!("../rules/20-providers/bedrock.rules"),
+    ),
+    (
+        "rules/20-providers/cloudflare.rules",
+        include_str!("../rules/20-providers/cloudflare.rules"),
+    ),
+    (
+        "rules/20-providers/credit-429.rules",
+        include_str!("../rules/20-providers/credit-429.rules"),
+    ),
+    (
+        "rules/20-providers/google.rules",
+        include_str!("../rules/20-providers/google.rules"),
+    ),
+    (
+        "rules/20-providers/ollama.rules",
+        include_str!("../rules/20-providers/ollama.rules"),
+    ),
+    (
+        "rules/20-providers/openrouter.rules",
+        include_str!("../rules/20-providers/openrouter.rules"),
+    ),
+    (
+        "rules/20-providers/zai.rules",
+        include_str!("../rules/20-providers/zai.rules"),
+    ),
+    (
+        "rules/30-billing.rules",
+        include_str!("../rules/30-billing.rules"),
+    ),
+    (
+        "rules/40-status.rules",
+        include_str!("../rules/40-status.rules"),
+    ),
+    (
+        "rules/50-codes.rules",
+        include_str!("../rules/50-codes.rules"),
+    ),
+    (
+        "rules/60-messages.rules",
+        include_str!("../rules/60-messages.rules"),
+    ),
+    (
+        "rules/90-fallbacks.rules",
+        include_str!("../rules/90-fallbacks.rules"),
+    ),
 ];
 
 /// The golden cases of the default ruleset, (path, text).
-pub const DEFAULT_CASES: &[(&str, &str)] = &[];
+pub const DEFAULT_CASES: &[(&str, &str)] = &[
+    (
+        "rules/10-overrides.cases.yaml",
+        include_str!("../rules/10-overrides.cases.yaml"),
+    ),
+    (
+        "rules/20-providers/providers.cases.yaml",
+        include_str!("../rules/20-providers/providers.cases.yaml"),
+    ),
+    (
+        "rules/30-billing.cases.yaml",
+        include_str!("../rules/30-billing.cases.yaml"),
+    ),
+    (
+        "rules/40-status.cases.yaml",
+        include_str!("../rules/40-status.cases.yaml"),
+    ),
+    (
+        "rules/50-codes.cases.yaml",
+        include_str!("../rules/50-codes.cases.yaml"),
+    ),
+    (
+        "rules/60-messages.cases.yaml",
+        include_str!("../rules/60-messages.cases.yaml"),
+    ),
+    (
+        "rules/90-fallbacks.cases.yaml",
+        include_str!("../rules/90-fallbacks.cases.yaml"),
+    ),
+];
 
 /// A problem with the command line's inputs (exit code 2), as opposed to a
 /// problem inside a rules file (a diagnostic, exit code 1).
@@ -142,9 +223,12 @@ pub fn build(dirs: &[PathBuf], with_defaults: bool) -> Result<Build, UsageError>
     Ok(build_layers(layers, with_defaults))
 }
 
+/// An operator layer in memory: its name and its files as (name, bytes).
+pub type OperatorLayer = (String, Vec<(String, Vec<u8>)>);
+
 /// Compiles operator layers given as (layer name, [(file name, bytes)]),
 /// highest priority first, then the defaults unless `with_defaults` is false.
-pub fn build_layers(operator: Vec<(String, Vec<(String, Vec<u8>)>)>, with_defaults: bool) -> Build {
+pub fn build_layers(operator: Vec<OperatorLayer>, with_defaults: bool) -> Build {
     let mut sources = SourceMap::new();
     let mut layers = Vec::new();
     let mut early = Vec::new();

@@ -239,11 +239,7 @@ impl Engine {
             None => {
                 // A message that is (or starts with a status then) JSON is a body.
                 let after_status = input::leading_status(message).map_or(message, |(_, rest)| rest);
-                if looks_like_json(after_status) {
-                    parse_json_text(after_status, json)
-                } else {
-                    None
-                }
+                json_start(after_status).and_then(|j| parse_json_text(j, json))
             }
         };
         let body_json: Option<&Value> = match (err.body, body_json) {
@@ -389,6 +385,20 @@ impl Engine {
         }
         self.verdict(winner, status, truncated)
     }
+}
+
+/// Where a JSON body starts in a message: at the start (`{"error":…}`), or
+/// after a prefix when the message ends like an object
+/// (`Anthropic API error: {"type":"error",…}`). O(1) for plain text.
+fn json_start(s: &str) -> Option<&str> {
+    let t = s.trim();
+    if looks_like_json(t) {
+        return Some(t);
+    }
+    if !t.ends_with('}') {
+        return None;
+    }
+    memchr::memchr(b'{', t.as_bytes()).map(|i| &t[i..])
 }
 
 fn looks_like_json(s: &str) -> bool {

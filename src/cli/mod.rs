@@ -4,12 +4,15 @@
 //! bad flags).
 
 mod check;
+mod test;
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::load::UsageError;
+use crate::classify::Engine;
+use crate::diag::render_all;
+use crate::load::{self, UsageError};
 
 #[derive(Parser, Debug)]
 #[command(name = "failover", version, about = "A policy engine for LLM model failover", long_about = None)]
@@ -22,6 +25,8 @@ struct Cli {
 enum Command {
     /// Parse, validate and lint rules files; print diagnostics.
     Check(check::CheckArgs),
+    /// Run the golden cases beside the rules; print a per-reason and per-rule table.
+    Test(test::TestArgs),
 }
 
 /// `--rules DIR` (repeatable) and `--no-defaults`, shared by the commands
@@ -49,6 +54,7 @@ pub fn main() -> i32 {
     };
     let result = match cli.command {
         Command::Check(args) => check::run(&args),
+        Command::Test(args) => test::run(&args),
     };
     match result {
         Ok(code) => code,
@@ -61,3 +67,17 @@ pub fn main() -> i32 {
 
 /// The result of a command: an exit code, or a usage error (exit 2).
 pub type CmdResult = Result<i32, UsageError>;
+
+/// Loads the ruleset for a command. Rules with errors print their
+/// diagnostics to stderr and yield exit code 1 (`Ok(Err(1))`).
+pub fn load_engine(rules: &RulesArgs) -> Result<Result<Engine, i32>, UsageError> {
+    let build = load::build(&rules.dirs, !rules.no_defaults)?;
+    match Engine::from_build(build) {
+        Ok(engine) => Ok(Ok(engine)),
+        Err((sources, diags)) => {
+            eprint!("{}", render_all(&diags, &sources));
+            eprintln!("error: the rules have errors; run `failover check` for details");
+            Ok(Err(1))
+        }
+    }
+}

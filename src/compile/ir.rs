@@ -73,7 +73,7 @@ pub enum TextTest {
     Eq(String),
     /// Equal to one of the texts.
     In(Vec<String>),
-    Has(Literal),
+    Has(Box<Literal>),
     HasAny(Vec<Literal>),
     HasAll(Vec<Literal>),
     StartsWith(String),

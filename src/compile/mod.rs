@@ -36,8 +36,9 @@ pub use selection::{
 };
 
 /// Limits on compiled regexes: a pattern that would need more than this is
-/// refused with E004 instead of slowing every classification down.
-const REGEX_SIZE_LIMIT: usize = 1 << 20;
+/// refused with E004 instead of slowing every classification down (the
+/// `regex` crate's own default is 10 MB).
+const REGEX_SIZE_LIMIT: usize = 8 << 20;
 const REGEX_NEST_LIMIT: u32 = 64;
 
 /// One priority layer of rules files.
@@ -766,7 +767,7 @@ impl Compiler<'_> {
                     return None;
                 }
                 match op {
-                    Op::Has => TextTest::Has(Literal::new(s)),
+                    Op::Has => TextTest::Has(Box::new(Literal::new(s))),
                     Op::StartsWith => TextTest::StartsWith(s.to_ascii_lowercase()),
                     _ => TextTest::EndsWith(s.to_ascii_lowercase()),
                 }
