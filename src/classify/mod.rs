@@ -178,6 +178,52 @@ impl Engine {
         (c, ex)
     }
 
+    /// The baseline the matcher is measured against: verify every rule in
+    /// order with no automaton and no tables. Same verdicts, much slower;
+    /// used by the benchmarks and by tests that check the fast path agrees.
+    #[doc(hidden)]
+    pub fn classify_exhaustive(&self, err: &ProviderError) -> Classification<'_> {
+        SCRATCH.with(|s| self.run_with(err, &mut s.borrow_mut(), None, true))
+    }
+
+    /// Rules that may match: atom hits, table lookups, and the rules
+    /// verified for every error; sorted into rule order, without duplicates.
+    fn collect_candidates(
+        &self,
+        view: &View,
+        candidates: &mut Vec<RuleIdx>,
+        mut explain: Option<&mut Explanation>,
+    ) {
+        let plan = &self.plan;
+        if let Some(ac) = &plan.atoms {
+            for m in ac.find_overlapping_iter(view.lower) {
+                let pid = m.pattern().as_usize();
+                candidates.extend_from_slice(&plan.atom_rules[pid]);
+                if let Some(ex) = explain.as_deref_mut() {
+                    let atom = &plan.atom_texts[pid];
+                    if !ex.atoms_hit.contains(atom) {
+                        ex.atoms_hit.push(atom.clone());
+                    }
+                }
+            }
+        }
+        if let Some(s) = view.status {
+            candidates.extend_from_slice(&plan.by_status[(s - 100) as usize]);
+        }
+        for (value, table) in [
+            (view.provider, &plan.by_provider),
+            (view.code, &plan.by_code),
+            (view.error_type, &plan.by_type),
+        ] {
+            if let Some(rs) = value.and_then(|v| table.get(v)) {
+                candidates.extend_from_slice(rs);
+            }
+        }
+        candidates.extend_from_slice(&plan.always);
+        candidates.sort_unstable();
+        candidates.dedup();
+    }
+
     fn verdict(
         &self,
         rule: Option<RuleIdx>,
@@ -205,7 +251,17 @@ impl Engine {
         &self,
         err: &ProviderError,
         scratch: &mut Scratch,
+        explain: Option<&mut Explanation>,
+    ) -> Classification<'_> {
+        self.run_with(err, scratch, explain, false)
+    }
+
+    fn run_with(
+        &self,
+        err: &ProviderError,
+        scratch: &mut Scratch,
         mut explain: Option<&mut Explanation>,
+        exhaustive: bool,
     ) -> Classification<'_> {
         let Scratch {
             lower,
@@ -336,34 +392,11 @@ impl Engine {
 
         // 2. Candidates.
         candidates.clear();
-        if let Some(ac) = &self.plan.atoms {
-            for m in ac.find_overlapping_iter(view.lower) {
-                let pid = m.pattern().as_usize();
-                candidates.extend_from_slice(&self.plan.atom_rules[pid]);
-                if let Some(ex) = explain.as_deref_mut() {
-                    let atom = &self.plan.atom_texts[pid];
-                    if !ex.atoms_hit.contains(atom) {
-                        ex.atoms_hit.push(atom.clone());
-                    }
-                }
-            }
+        if exhaustive {
+            candidates.extend(0..self.ruleset.rules.len() as RuleIdx);
+        } else {
+            self.collect_candidates(&view, candidates, explain.as_deref_mut());
         }
-        if let Some(s) = view.status {
-            candidates.extend_from_slice(&self.plan.by_status[(s - 100) as usize]);
-        }
-        if let Some(p) = view.provider {
-            if let Some(rs) = self.plan.by_provider.get(p) {
-                candidates.extend_from_slice(rs);
-            }
-        }
-        if let Some(c) = view.code {
-            if let Some(rs) = self.plan.by_code.get(c) {
-                candidates.extend_from_slice(rs);
-            }
-        }
-        candidates.extend_from_slice(&self.plan.always);
-        candidates.sort_unstable();
-        candidates.dedup();
 
         // 3. Verify in rule order.
         let mut winner = None;

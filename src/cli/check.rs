@@ -13,6 +13,10 @@ pub struct CheckArgs {
     /// Exit 1 on warnings too.
     #[arg(long)]
     pub deny_warnings: bool,
+    /// Also print the matcher plan: how each rule is reached (atoms,
+    /// provider/code/type/status tables, or every message).
+    #[arg(long)]
+    pub plan: bool,
 }
 
 pub fn run(args: &CheckArgs) -> CmdResult {
@@ -35,6 +39,12 @@ pub fn run(args: &CheckArgs) -> CmdResult {
         );
     } else {
         print!("{}", render_all(&build.diagnostics, &build.sources));
+    }
+    if args.plan {
+        if let Some(rs) = &build.ruleset {
+            println!();
+            print!("{}", crate::compile::plan::render(&crate::compile::Plan::build(&rs.rules), &rs.rules));
+        }
     }
     Ok(if errors > 0 || (args.deny_warnings && warnings > 0) {
         1

@@ -4,6 +4,7 @@
 //! bad flags).
 
 mod check;
+pub mod classify;
 mod test;
 
 use std::path::PathBuf;
@@ -27,6 +28,8 @@ enum Command {
     Check(check::CheckArgs),
     /// Run the golden cases beside the rules; print a per-reason and per-rule table.
     Test(test::TestArgs),
+    /// Classify one error (`--message`, `--status`, …) or a JSONL stream.
+    Classify(classify::ClassifyArgs),
 }
 
 /// `--rules DIR` (repeatable) and `--no-defaults`, shared by the commands
@@ -55,6 +58,7 @@ pub fn main() -> i32 {
     let result = match cli.command {
         Command::Check(args) => check::run(&args),
         Command::Test(args) => test::run(&args),
+        Command::Classify(args) => classify::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -22,9 +22,9 @@
 //! `weekly ` before the regex is ever run.
 //!
 //! Rules without atoms (a bare `status == 429`) are routed by table lookups
-//! instead ([`gate`]): by provider, code or status. A rule with neither
-//! atoms nor a gate runs on every message; `check` warns when such a rule
-//! holds a regex (W002).
+//! instead: by provider, code, type or status ([`route_keys`]). A rule with
+//! neither runs on every message; `check` warns when such a rule holds a
+//! regex (W002).
 
 use regex_syntax::hir::{Class, Hir, HirKind};
 
@@ -285,44 +285,82 @@ fn class_members(class: &Class) -> Option<Vec<Vec<u8>>> {
     (out.len() <= MAX_CLASS_CHARS).then_some(out)
 }
 
-/// A table lookup that routes a rule without atoms.
+/// One way a rule becomes a candidate: an atom scan hit or a table lookup.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Gate {
-    /// Only errors of these providers (lower-cased) can match.
+pub enum Key {
+    /// One of these atoms occurs in the lower-cased message.
+    Atoms(Vec<Vec<u8>>),
+    /// The error's provider (lower-cased) is one of these.
     Provider(Vec<String>),
-    /// Only errors with one of these codes (lower-cased) can match.
+    /// The error's code (lower-cased) is one of these.
     Code(Vec<String>),
-    /// Only errors with a status in this set can match.
+    /// The error's type (lower-cased) is one of these.
+    Type(Vec<String>),
+    /// The error's status is in this set.
     Status(StatusSet),
 }
 
-/// The most selective table lookup that every match of `expr` passes.
-pub fn gate(expr: &Expr) -> Option<Gate> {
-    match expr {
-        Expr::Status(s) => Some(Gate::Status(s.clone())),
-        Expr::Text(TextField::Provider, TextTest::Eq(p)) => Some(Gate::Provider(vec![p.clone()])),
-        Expr::Text(TextField::Provider, TextTest::In(ps)) => Some(Gate::Provider(ps.clone())),
-        Expr::Text(TextField::Code, TextTest::Eq(c)) => Some(Gate::Code(vec![c.clone()])),
-        Expr::Text(TextField::Code, TextTest::In(cs)) => Some(Gate::Code(cs.clone())),
-        Expr::And(parts) => {
-            let gates: Vec<Gate> = parts.iter().filter_map(gate).collect();
-            // Provider and code lists are short and specific; prefer them.
-            gates
-                .iter()
-                .find(|g| matches!(g, Gate::Provider(_)))
-                .or_else(|| gates.iter().find(|g| matches!(g, Gate::Code(_))))
-                .or_else(|| gates.first())
-                .cloned()
+impl Key {
+    /// How selective a key is, higher is better: specific table lookups,
+    /// then long atoms, short atoms, and statuses (shared by many errors).
+    fn rank(&self) -> u8 {
+        match self {
+            Key::Provider(_) => 5,
+            Key::Type(_) | Key::Code(_) => 4,
+            Key::Atoms(a) if score(a).0 >= 6 => 3,
+            Key::Atoms(_) => 2,
+            Key::Status(_) => 1,
         }
-        Expr::Or(parts) => {
-            let mut ranges = Vec::new();
-            for p in parts {
-                match gate(p)? {
-                    Gate::Status(s) => ranges.extend_from_slice(s.ranges()),
-                    _ => return None,
+    }
+}
+
+/// The keys of a condition: every error it matches has at least one of
+/// them (a necessary condition), so a rule need only be verified when one
+/// of its keys fires. `None` when no such set exists (the rule must be
+/// verified for every error).
+///
+/// `and` takes the most selective key set of its parts; `or` needs a key
+/// set for every branch and takes their union (a rule may be reachable by
+/// an atom *or* a type, e.g. `type == "throttlingexception" or message has
+/// "throttlingexception"`).
+pub fn route_keys(expr: &Expr) -> Option<Vec<Key>> {
+    match expr {
+        Expr::Text(TextField::Message, _) => rule_atoms(expr).map(|a| vec![Key::Atoms(a)]),
+        Expr::Status(s) => Some(vec![Key::Status(s.clone())]),
+        Expr::Text(field @ (TextField::Provider | TextField::Code | TextField::Type), test) => {
+            let values = match test {
+                TextTest::Eq(v) => vec![v.clone()],
+                TextTest::In(vs) => vs.clone(),
+                _ => return None,
+            };
+            Some(vec![match field {
+                TextField::Provider => Key::Provider(values),
+                TextField::Code => Key::Code(values),
+                _ => Key::Type(values),
+            }])
+        }
+        Expr::And(parts) => {
+            let mut best: Option<Vec<Key>> = None;
+            let quality = |ks: &Vec<Key>| ks.iter().map(Key::rank).min().unwrap_or(0);
+            // Atoms of the whole conjunction may combine several message
+            // predicates better than any single part does.
+            let candidates = parts
+                .iter()
+                .filter_map(route_keys)
+                .chain(rule_atoms(expr).map(|a| vec![Key::Atoms(a)]));
+            for ks in candidates {
+                if best.as_ref().is_none_or(|b| quality(&ks) > quality(b)) {
+                    best = Some(ks);
                 }
             }
-            Some(Gate::Status(StatusSet::from_ranges(ranges)))
+            best
+        }
+        Expr::Or(parts) => {
+            let mut all = Vec::new();
+            for p in parts {
+                all.extend(route_keys(p)?);
+            }
+            Some(all)
         }
         _ => None,
     }
@@ -341,14 +379,14 @@ fn has_regex(expr: &Expr) -> bool {
 pub fn lint_slow_regexes(rules: &[Rule]) -> Vec<Diagnostic> {
     rules
         .iter()
-        .filter(|r| has_regex(&r.cond) && rule_atoms(&r.cond).is_none() && gate(&r.cond).is_none())
+        .filter(|r| has_regex(&r.cond) && route_keys(&r.cond).is_none())
         .map(|r| {
             Diagnostic::new(
                 Code::W002,
                 r.span,
                 format!("rule `{}` has no literal text of {MIN_ATOM_LEN}+ bytes: its regex runs on every message", r.id),
             )
-            .label("no atom and no provider/status/code to route by")
+            .label("no atom and no provider, code, type or status to route by")
             .help("add a literal the message must contain (`message has \"…\" and …`), or write the regex around a fixed word")
         })
         .collect()

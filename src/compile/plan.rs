@@ -1,25 +1,24 @@
 //! The matcher plan: how each rule is reached at run time.
 //!
-//! Every rule lands in exactly one route:
+//! Each rule gets a set of *keys* ([`route_keys`]), at least one of which
+//! every error it matches must have:
 //!
-//! * **atoms** — the rule's atoms ([`super::atoms`]) go into one
-//!   aho-corasick automaton over lower-cased text; a rule is a candidate
-//!   only when one of its atoms occurs in the message;
-//! * **gates** — rules without atoms but with a provider, code or status
-//!   predicate are listed under those values and become candidates by table
-//!   lookup;
-//! * **always** — the rest are candidates for every message (`check` warns
+//! * **atoms** go into one aho-corasick automaton over lower-cased text; a
+//!   rule is a candidate when one of its atoms occurs in the message;
+//! * **provider / code / type / status** keys list the rule in a table;
+//!   a rule is a candidate when the error's value is in the table;
+//! * rules with no key set are candidates for every message (`check` warns
 //!   when one of them holds a regex).
 //!
 //! Candidates are then verified in rule order; the first whose whole
-//! condition holds wins. Because atoms and gates are *necessary* conditions,
-//! skipping non-candidates never changes the winner.
+//! condition holds wins. Because keys are *necessary* conditions, skipping
+//! non-candidates never changes the winner.
 
 use std::collections::HashMap;
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 
-use super::atoms::{gate, rule_atoms, Gate};
+use super::atoms::{route_keys, Key};
 use super::ir::Rule;
 
 /// Index of a rule in the ruleset (precedence order).
@@ -33,21 +32,14 @@ pub struct Plan {
     pub(crate) atom_rules: Vec<Vec<RuleIdx>>,
     /// The atom texts, for `--explain`.
     pub(crate) atom_texts: Vec<String>,
-    /// Status − 100 → rules gated by that status.
+    /// Status − 100 → rules keyed by that status.
     pub(crate) by_status: Vec<Vec<RuleIdx>>,
     pub(crate) by_provider: HashMap<String, Vec<RuleIdx>>,
     pub(crate) by_code: HashMap<String, Vec<RuleIdx>>,
+    pub(crate) by_type: HashMap<String, Vec<RuleIdx>>,
     pub(crate) always: Vec<RuleIdx>,
-    /// The route of each rule, for `--explain` and the plan snapshot.
-    pub routes: Vec<Route>,
-}
-
-/// How one rule is reached.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Route {
-    Atoms(Vec<String>),
-    Gate(Gate),
-    Always,
+    /// The keys of each rule (`None`: always verified), for `check --plan`.
+    pub routes: Vec<Option<Vec<Key>>>,
 }
 
 impl Plan {
@@ -58,52 +50,37 @@ impl Plan {
         let mut by_status: Vec<Vec<RuleIdx>> = vec![Vec::new(); 500];
         let mut by_provider: HashMap<String, Vec<RuleIdx>> = HashMap::new();
         let mut by_code: HashMap<String, Vec<RuleIdx>> = HashMap::new();
+        let mut by_type: HashMap<String, Vec<RuleIdx>> = HashMap::new();
         let mut always = Vec::new();
         let mut routes = Vec::with_capacity(rules.len());
 
         for (i, rule) in rules.iter().enumerate() {
             let idx = i as RuleIdx;
-            if let Some(atoms) = rule_atoms(&rule.cond) {
-                for atom in &atoms {
-                    let pid = *pattern_ids.entry(atom.clone()).or_insert_with(|| {
-                        patterns.push(atom.clone());
-                        atom_rules.push(Vec::new());
-                        patterns.len() - 1
-                    });
-                    atom_rules[pid].push(idx);
-                }
-                routes.push(Route::Atoms(
-                    atoms
-                        .iter()
-                        .map(|a| String::from_utf8_lossy(a).into_owned())
-                        .collect(),
-                ));
-                continue;
-            }
-            match gate(&rule.cond) {
-                Some(Gate::Provider(ps)) => {
-                    for p in &ps {
-                        by_provider.entry(p.clone()).or_default().push(idx);
+            let keys = route_keys(&rule.cond);
+            match &keys {
+                None => always.push(idx),
+                Some(keys) => {
+                    for key in keys {
+                        match key {
+                            Key::Atoms(atoms) => {
+                                for atom in atoms {
+                                    let pid = *pattern_ids.entry(atom.clone()).or_insert_with(|| {
+                                        patterns.push(atom.clone());
+                                        atom_rules.push(Vec::new());
+                                        patterns.len() - 1
+                                    });
+                                    push_once(&mut atom_rules[pid], idx);
+                                }
+                            }
+                            Key::Provider(vs) => vs.iter().for_each(|v| push_once(by_provider.entry(v.clone()).or_default(), idx)),
+                            Key::Code(vs) => vs.iter().for_each(|v| push_once(by_code.entry(v.clone()).or_default(), idx)),
+                            Key::Type(vs) => vs.iter().for_each(|v| push_once(by_type.entry(v.clone()).or_default(), idx)),
+                            Key::Status(set) => set.iter().for_each(|st| push_once(&mut by_status[(st - 100) as usize], idx)),
+                        }
                     }
-                    routes.push(Route::Gate(Gate::Provider(ps)));
-                }
-                Some(Gate::Code(cs)) => {
-                    for c in &cs {
-                        by_code.entry(c.clone()).or_default().push(idx);
-                    }
-                    routes.push(Route::Gate(Gate::Code(cs)));
-                }
-                Some(Gate::Status(s)) => {
-                    for st in s.iter() {
-                        by_status[(st - 100) as usize].push(idx);
-                    }
-                    routes.push(Route::Gate(Gate::Status(s)));
-                }
-                None => {
-                    always.push(idx);
-                    routes.push(Route::Always);
                 }
             }
+            routes.push(keys);
         }
 
         let atoms = (!patterns.is_empty()).then(|| {
@@ -111,17 +88,10 @@ impl Plan {
                 .match_kind(MatchKind::Standard)
                 .kind(Some(AhoCorasickKind::DFA))
                 .build(&patterns)
-                .or_else(|_| {
-                    AhoCorasick::builder()
-                        .match_kind(MatchKind::Standard)
-                        .build(&patterns)
-                })
+                .or_else(|_| AhoCorasick::builder().match_kind(MatchKind::Standard).build(&patterns))
                 .expect("literal patterns always build")
         });
-        let atom_texts = patterns
-            .iter()
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .collect();
+        let atom_texts = patterns.iter().map(|p| String::from_utf8_lossy(p).into_owned()).collect();
         Plan {
             atoms,
             atom_rules,
@@ -129,6 +99,7 @@ impl Plan {
             by_status,
             by_provider,
             by_code,
+            by_type,
             always,
             routes,
         }
@@ -140,5 +111,57 @@ impl Plan {
 
     pub fn always_count(&self) -> usize {
         self.always.len()
+    }
+}
+
+/// Rules are added in index order, so a duplicate can only be the last.
+fn push_once(list: &mut Vec<RuleIdx>, idx: RuleIdx) {
+    if list.last() != Some(&idx) {
+        list.push(idx);
+    }
+}
+
+/// The plan as an operator reads it: how each rule is reached.
+pub fn render(plan: &Plan, rules: &[Rule]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let width = rules.iter().map(|r| r.id.len()).max().unwrap_or(4);
+    for (rule, keys) in rules.iter().zip(&plan.routes) {
+        let how = match keys {
+            None => "always verified".to_string(),
+            Some(keys) => keys.iter().map(describe_key).collect::<Vec<_>>().join(" | "),
+        };
+        let _ = writeln!(out, "{:<width$}  {}", rule.id, how);
+    }
+    let _ = writeln!(
+        out,
+        "\n{} rules: {} atoms in one automaton, {} rules verified on every message",
+        rules.len(),
+        plan.atom_count(),
+        plan.always_count()
+    );
+    out
+}
+
+fn describe_key(k: &Key) -> String {
+    fn list(vs: &[String]) -> String {
+        vs.iter().map(|v| format!("{v:?}")).collect::<Vec<_>>().join(", ")
+    }
+    match k {
+        Key::Atoms(a) => format!(
+            "atoms [{}]",
+            a.iter().map(|x| format!("{:?}", String::from_utf8_lossy(x))).collect::<Vec<_>>().join(", ")
+        ),
+        Key::Provider(v) => format!("provider [{}]", list(v)),
+        Key::Code(v) => format!("code [{}]", list(v)),
+        Key::Type(v) => format!("type [{}]", list(v)),
+        Key::Status(s) => format!(
+            "status [{}]",
+            s.ranges()
+                .iter()
+                .map(|(a, b)| if a == b { a.to_string() } else { format!("{a}..{b}") })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }

@@ -1,0 +1,574 @@
+//! `failover classify`: one message from flags, or a JSONL stream.
+//!
+//! The JSONL contract (DESIGN.md): each input line is an object with
+//! `message` (string) and/or `body` (string or JSON object), and optional
+//! `provider`, `model`, `status` (integer), `code`, `type` (strings); each
+//! output line, in input order, is `{"reason", "rule", "failover", …}`. A
+//! bad line yields an output line with `line` and `error` and the stream
+//! goes on; the exit code is 1 when any line was bad. Blank lines are
+//! skipped.
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use super::{load_engine, CmdResult, RulesArgs};
+use crate::classify::{Body, Classification, Engine, Explanation, ProviderError, Scratch};
+use crate::load::{plain_io, UsageError};
+use crate::syntax::display_name;
+
+#[derive(Args, Debug)]
+pub struct ClassifyArgs {
+    #[command(flatten)]
+    pub rules: RulesArgs,
+    /// A JSONL file of errors, or `-` for standard input (the default when
+    /// no `--message`/`--status`/`--body` is given).
+    #[arg(value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// Classify one message instead of a stream.
+    #[arg(long)]
+    pub message: Option<String>,
+    /// HTTP status of the one message.
+    #[arg(long)]
+    pub status: Option<u16>,
+    /// Provider id of the one message (e.g. `openrouter`).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Model id of the one message.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Error code of the one message (e.g. `RESOURCE_EXHAUSTED`).
+    #[arg(long)]
+    pub code: Option<String>,
+    /// Error type of the one message (e.g. `overloaded_error`).
+    #[arg(long = "type", value_name = "TYPE")]
+    pub error_type: Option<String>,
+    /// Response body of the one message (text or JSON).
+    #[arg(long)]
+    pub body: Option<String>,
+    /// Show the atoms found, the rules verified and the winning rule with
+    /// its file:line.
+    #[arg(long)]
+    pub explain: bool,
+    /// Print the per-reason summary on stderr even for small inputs.
+    #[arg(long, conflicts_with = "quiet")]
+    pub summary: bool,
+    /// No summary and no progress on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Streams at least this long get a summary table on stderr by default.
+const SUMMARY_MIN_LINES: u64 = 1000;
+/// Progress appears on a terminal once a stream has run this long.
+const PROGRESS_AFTER: Duration = Duration::from_secs(2);
+/// A line buffer grown past this by one huge line is given back, so memory
+/// stays flat over long streams.
+const KEEP_BUFFER_BYTES: usize = 1 << 20;
+
+pub fn run(args: &ClassifyArgs) -> CmdResult {
+    let engine = match load_engine(&args.rules)? {
+        Ok(engine) => engine,
+        Err(code) => return Ok(code),
+    };
+    let single = args.message.is_some() || args.status.is_some() || args.body.is_some() || args.code.is_some();
+    if single {
+        if args.input.is_some() {
+            return Err(UsageError(
+                "give either a FILE or `--message`/`--status`/`--body`, not both".into(),
+            ));
+        }
+        return Ok(classify_one(&engine, args));
+    }
+    let reader: Box<dyn Read> = match args.input.as_deref() {
+        None => Box::new(io::stdin().lock()),
+        Some(p) if p.as_os_str() == "-" => Box::new(io::stdin().lock()),
+        Some(p) => Box::new(
+            File::open(p).map_err(|e| UsageError(format!("cannot read `{}`: {}", display_name(p), plain_io(&e))))?,
+        ),
+    };
+    let stdout = io::stdout().lock();
+    let stats = classify_stream(&engine, BufReader::with_capacity(1 << 16, reader), stdout, args.explain, progress_sink(args))
+        .map_err(|e| UsageError(format!("cannot write output: {}", plain_io(&e))))?;
+    if !args.quiet && (args.summary || stats.lines >= SUMMARY_MIN_LINES) {
+        eprint!("{}", stats.render(&engine));
+    }
+    Ok(if stats.bad > 0 { 1 } else { 0 })
+}
+
+fn progress_sink(args: &ClassifyArgs) -> Option<io::Stderr> {
+    (!args.quiet && io::stderr().is_terminal()).then(io::stderr)
+}
+
+fn classify_one(engine: &Engine, args: &ClassifyArgs) -> i32 {
+    let json_body: Option<Value> = args
+        .body
+        .as_deref()
+        .filter(|b| b.trim_start().starts_with(['{', '[']))
+        .and_then(|b| serde_json::from_str(b).ok());
+    let err = ProviderError {
+        provider: args.provider.as_deref(),
+        model: args.model.as_deref(),
+        status: args.status,
+        code: args.code.as_deref(),
+        error_type: args.error_type.as_deref(),
+        message: args.message.as_deref(),
+        body: match (&json_body, args.body.as_deref()) {
+            (Some(v), _) => Some(Body::Json(v)),
+            (None, Some(t)) => Some(Body::Text(t)),
+            (None, None) => None,
+        },
+    };
+    if args.explain {
+        let (c, ex) = engine.explain(&err);
+        print!("{}", render_explanation(engine, &c, &ex));
+    } else {
+        let c = engine.classify(&err);
+        let mut out = io::stdout().lock();
+        let _ = serde_json::to_writer(&mut out, &OutLine::from(&c));
+        let _ = writeln!(out);
+    }
+    0
+}
+
+/// A readable account of one classification.
+pub fn render_explanation(engine: &Engine, c: &Classification, ex: &Explanation) -> String {
+    use std::fmt::Write as _;
+    let rs = engine.ruleset();
+    let sources = engine.sources();
+    let mut out = String::new();
+    let _ = writeln!(out, "reason:   {} (failover: {})", c.reason, c.failover);
+    match c.rule_index {
+        Some(i) => {
+            let r = &rs.rules[i as usize];
+            let _ = writeln!(out, "rule:     {} at {}", r.id, sources.location(r.span));
+        }
+        None => {
+            let _ = writeln!(out, "rule:     none matched (the engine's `{}` label)", c.reason);
+        }
+    }
+    let _ = writeln!(out, "behaviour: {}", c.behaviour);
+    let _ = writeln!(
+        out,
+        "inputs:   status={} code={} type={}",
+        ex.status.map_or("-".into(), |s| s.to_string()),
+        ex.code.as_deref().unwrap_or("-"),
+        ex.error_type.as_deref().unwrap_or("-")
+    );
+    let _ = writeln!(out, "message:  {:?}", preview(&ex.message, 200));
+    let atoms: Vec<String> = ex.atoms_hit.iter().map(|a| format!("{a:?}")).collect();
+    let _ = writeln!(out, "atoms hit: {}", if atoms.is_empty() { "none".into() } else { atoms.join(", ") });
+    let _ = writeln!(out, "rules verified ({}):", ex.verified.len());
+    for (idx, holds) in &ex.verified {
+        let r = &rs.rules[*idx as usize];
+        let _ = writeln!(
+            out,
+            "  {} {:<44} {}",
+            if *holds { "✓" } else { "✗" },
+            r.id,
+            sources.location(r.span)
+        );
+    }
+    out
+}
+
+fn preview(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(max).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// One input line. Strings are borrowed from the line when they hold no
+/// escapes; unknown fields are ignored (forward compatibility).
+#[derive(Deserialize)]
+struct InLine<'a> {
+    #[serde(borrow, default)]
+    message: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    provider: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default, deserialize_with = "status_value")]
+    status: Option<u16>,
+    #[serde(borrow, default)]
+    code: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "type")]
+    error_type: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    body: Option<&'a RawValue>,
+}
+
+/// `status` as an integer, or a string of digits (some gateways quote it).
+fn status_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+    use serde::de::Error;
+    let v: Option<Value> = Option::deserialize(d)?;
+    let bad = || D::Error::custom("`status` must be an HTTP status code (an integer 100–599)");
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n.as_u64().and_then(|s| u16::try_from(s).ok()).map(Some).ok_or_else(bad),
+        Some(Value::String(s)) => s.trim().parse::<u16>().map(Some).map_err(|_| bad()),
+        Some(_) => Err(bad()),
+    }
+}
+
+#[derive(Serialize)]
+struct OutLine<'a> {
+    reason: &'a str,
+    rule: Option<&'a str>,
+    failover: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<u16>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    explain: Option<ExplainOut<'a>>,
+}
+
+impl<'a> From<&Classification<'a>> for OutLine<'a> {
+    fn from(c: &Classification<'a>) -> Self {
+        OutLine {
+            reason: c.reason,
+            rule: c.rule,
+            failover: c.failover,
+            status: c.status,
+            truncated: c.truncated,
+            explain: None,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ExplainOut<'a> {
+    atoms: Vec<String>,
+    verified: Vec<VerifiedOut<'a>>,
+    at: Option<String>,
+}
+
+#[derive(Serialize)]
+struct VerifiedOut<'a> {
+    rule: &'a str,
+    holds: bool,
+    at: String,
+}
+
+#[derive(Serialize)]
+struct ErrorLine<'a> {
+    line: u64,
+    reason: Option<&'a str>,
+    rule: Option<&'a str>,
+    failover: Option<bool>,
+    error: String,
+}
+
+/// Counts of one stream.
+#[derive(Debug, Default)]
+pub struct StreamStats {
+    pub lines: u64,
+    pub bad: u64,
+    pub per_reason: Vec<u64>,
+    pub elapsed: Duration,
+    pub bytes: u64,
+}
+
+impl StreamStats {
+    fn render(&self, engine: &Engine) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let secs = self.elapsed.as_secs_f64().max(1e-9);
+        let _ = writeln!(
+            out,
+            "classified {} lines ({} bad) in {:.2}s: {:.0} lines/s, {:.1} MB/s",
+            self.lines,
+            self.bad,
+            secs,
+            self.lines as f64 / secs,
+            self.bytes as f64 / secs / 1e6
+        );
+        let mut rows: Vec<(&str, u64)> = engine
+            .ruleset()
+            .reasons
+            .iter()
+            .zip(&self.per_reason)
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, n)| (r.name.as_str(), *n))
+            .collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let good = (self.lines - self.bad).max(1);
+        for (name, n) in rows {
+            let _ = writeln!(out, "  {:<18} {:>10}  {:>5.1}%", name, n, 100.0 * n as f64 / good as f64);
+        }
+        out
+    }
+}
+
+/// Classifies a JSONL stream, writing one line per input line.
+pub fn classify_stream<R: BufRead, W: Write, P: Write>(
+    engine: &Engine,
+    mut input: R,
+    output: W,
+    explain: bool,
+    mut progress: Option<P>,
+) -> io::Result<StreamStats> {
+    let mut out = BufWriter::with_capacity(1 << 16, output);
+    let mut stats = StreamStats {
+        per_reason: vec![0; engine.ruleset().reasons.len()],
+        ..Default::default()
+    };
+    let mut scratch = Scratch::default();
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 12);
+    let mut body_json: Option<Value> = None;
+    let start = Instant::now();
+    let mut last_progress = start;
+    let mut line_no: u64 = 0;
+    loop {
+        buf.clear();
+        if input.read_until(b'\n', &mut buf)? == 0 {
+            break;
+        }
+        line_no += 1;
+        stats.bytes += buf.len() as u64;
+        let line = trim_line(&buf);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        stats.lines += 1;
+        match classify_line(engine, line, &mut scratch, &mut body_json, explain) {
+            Ok((reason, json)) => {
+                stats.per_reason[reason] += 1;
+                out.write_all(json.as_bytes())?;
+            }
+            Err(error) => {
+                stats.bad += 1;
+                serde_json::to_writer(
+                    &mut out,
+                    &ErrorLine {
+                        line: line_no,
+                        reason: None,
+                        rule: None,
+                        failover: None,
+                        error,
+                    },
+                )?;
+            }
+        }
+        out.write_all(b"\n")?;
+        if buf.capacity() > KEEP_BUFFER_BYTES {
+            buf = Vec::with_capacity(1 << 12);
+        }
+        if let Some(p) = progress.as_mut() {
+            if stats.lines % 65_536 == 0 {
+                let now = Instant::now();
+                if now - start >= PROGRESS_AFTER && now - last_progress >= Duration::from_millis(250) {
+                    last_progress = now;
+                    let rate = stats.lines as f64 / (now - start).as_secs_f64();
+                    let _ = write!(p, "\r  {} lines, {:.2} M lines/s ", stats.lines, rate / 1e6);
+                    let _ = p.flush();
+                }
+            }
+        }
+    }
+    out.flush()?;
+    if let Some(p) = progress.as_mut() {
+        if Instant::now() - start >= PROGRESS_AFTER {
+            let _ = write!(p, "\r{:60}\r", "");
+        }
+    }
+    stats.elapsed = start.elapsed();
+    Ok(stats)
+}
+
+fn trim_line(buf: &[u8]) -> &[u8] {
+    let mut end = buf.len();
+    while end > 0 && (buf[end - 1] == b'\n' || buf[end - 1] == b'\r') {
+        end -= 1;
+    }
+    &buf[..end]
+}
+
+/// Classifies one line; returns the reason index and the output JSON.
+fn classify_line(
+    engine: &Engine,
+    line: &[u8],
+    scratch: &mut Scratch,
+    body_json: &mut Option<Value>,
+    explain: bool,
+) -> Result<(usize, String), String> {
+    let text = std::str::from_utf8(line).map_err(|e| {
+        format!("line is not valid UTF-8 (first bad byte at column {})", e.valid_up_to() + 1)
+    })?;
+    if !text.trim_start().starts_with('{') {
+        // Serde would read an array positionally into the fields.
+        return Err(match serde_json::from_str::<serde::de::IgnoredAny>(text) {
+            Ok(_) => "expected a JSON object per line".into(),
+            Err(e) => describe_json_error(&e, text),
+        });
+    }
+    let parsed: InLine = serde_json::from_str(text).map_err(|e| describe_json_error(&e, text))?;
+    *body_json = None;
+    let body = match parsed.body {
+        None => None,
+        Some(raw) => {
+            let raw = raw.get();
+            if raw.starts_with('"') {
+                let s: Cow<str> = serde_json::from_str(raw).map_err(|e| format!("`body`: {e}"))?;
+                *body_json = Some(Value::String(s.into_owned()));
+            } else if raw.starts_with('{') || raw.starts_with('[') {
+                *body_json = Some(serde_json::from_str(raw).map_err(|e| format!("`body`: {e}"))?);
+            } else if raw != "null" {
+                return Err("`body` must be a string or a JSON object".into());
+            }
+            match body_json.as_ref() {
+                Some(Value::String(s)) => Some(Body::Text(s)),
+                Some(v) => Some(Body::Json(v)),
+                None => None,
+            }
+        }
+    };
+    let err = ProviderError {
+        provider: parsed.provider.as_deref(),
+        model: parsed.model.as_deref(),
+        status: parsed.status,
+        code: parsed.code.as_deref(),
+        error_type: parsed.error_type.as_deref(),
+        message: parsed.message.as_deref(),
+        body,
+    };
+    let (c, ex) = if explain {
+        let (c, ex) = engine.explain(&err);
+        (c, Some(ex))
+    } else {
+        (engine.classify_with(&err, scratch), None)
+    };
+    let mut out = OutLine::from(&c);
+    if let Some(ex) = ex {
+        let rs = engine.ruleset();
+        let sources = engine.sources();
+        out.explain = Some(ExplainOut {
+            atoms: ex.atoms_hit,
+            verified: ex
+                .verified
+                .iter()
+                .map(|(i, holds)| {
+                    let r = &rs.rules[*i as usize];
+                    VerifiedOut {
+                        rule: &r.id,
+                        holds: *holds,
+                        at: sources.location(r.span),
+                    }
+                })
+                .collect(),
+            at: c.rule_index.map(|i| sources.location(rs.rules[i as usize].span)),
+        });
+    }
+    let json = serde_json::to_string(&out).map_err(|e| e.to_string())?;
+    Ok((c.reason_id.0 as usize, json))
+}
+
+/// A serde error in operator words: which field, what was wrong.
+fn describe_json_error(e: &serde_json::Error, text: &str) -> String {
+    let msg = e.to_string();
+    let msg = match msg.find(" at line ") {
+        Some(i) => &msg[..i],
+        None => &msg,
+    };
+    if e.is_syntax() || e.is_eof() {
+        format!("invalid JSON at column {}: {msg}", e.column())
+    } else if text.trim_start().starts_with('{') {
+        let msg = msg
+            .replace("u16", "an integer 0–65535")
+            .replace("a borrowed string", "a string")
+            .replace("invalid type: ", "wrong type: ");
+        format!("{msg} (column {})", e.column())
+    } else {
+        "expected a JSON object per line".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_stream(input: &str) -> (Vec<Value>, StreamStats) {
+        let engine = Engine::builtin();
+        let mut out = Vec::new();
+        let stats = classify_stream(&engine, input.as_bytes(), &mut out, false, None::<Vec<u8>>).unwrap();
+        let lines = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (lines, stats)
+    }
+
+    #[test]
+    fn bad_lines_get_an_error_and_the_stream_continues() {
+        let (out, stats) = run_stream(concat!(
+            "{\"message\": \"Too many requests\", \"status\": 429}\n",
+            "{not json\n",
+            "[1, 2]\n",
+            "{\"status\": \"soon\"}\n",
+            "\n",
+            "{\"message\": \"insufficient credits\"}\n",
+        ));
+        assert_eq!(out.len(), 5);
+        assert_eq!(out[0]["reason"], "rate_limit");
+        assert!(out[1]["error"].as_str().unwrap().starts_with("invalid JSON"), "{}", out[1]);
+        assert_eq!(out[1]["line"], 2);
+        assert_eq!(out[2]["error"], "expected a JSON object per line");
+        assert!(out[3]["error"].as_str().unwrap().contains("`status` must be an HTTP status"), "{}", out[3]);
+        assert_eq!(out[4]["reason"], "billing");
+        assert_eq!(out[4]["line"], Value::Null);
+        assert_eq!((stats.lines, stats.bad), (5, 3));
+        let (quoted, _) = run_stream("{\"status\": \"429\"}\n");
+        assert_eq!(quoted[0]["reason"], "rate_limit");
+    }
+
+    #[test]
+    fn invalid_utf8_is_a_per_line_error() {
+        let engine = Engine::builtin();
+        let mut input = b"{\"message\": \"caf".to_vec();
+        input.extend_from_slice(b"\xff\"}\n{\"message\": \"overloaded\"}\n");
+        let mut out = Vec::new();
+        let stats = classify_stream(&engine, &input[..], &mut out, false, None::<Vec<u8>>).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.lines().next().unwrap().contains("not valid UTF-8"), "{text}");
+        assert!(text.lines().nth(1).unwrap().contains("\"overloaded\""), "{text}");
+        assert_eq!(stats.bad, 1);
+    }
+
+    #[test]
+    fn bodies_as_text_and_object_and_wrong_shape() {
+        let (out, _) = run_stream(concat!(
+            "{\"body\": {\"error\": {\"message\": \"Key limit exceeded\", \"code\": 403}}, \"provider\": \"openrouter\"}\n",
+            "{\"body\": \"{\\\"type\\\":\\\"error\\\",\\\"error\\\":{\\\"type\\\":\\\"overloaded_error\\\",\\\"message\\\":\\\"Overloaded\\\"}}\"}\n",
+            "{\"body\": {\"weird\": [1, {\"x\": true}]}, \"status\": 503}\n",
+            "{\"body\": 5}\n",
+        ));
+        assert_eq!(out[0]["reason"], "billing");
+        assert_eq!(out[0]["rule"], "billing.openrouter.key_limit");
+        assert_eq!(out[1]["reason"], "overloaded");
+        assert_eq!(out[2]["reason"], "timeout");
+        assert!(out[3]["error"].as_str().unwrap().contains("`body`"));
+    }
+
+    #[test]
+    fn fifty_megabyte_message_is_classified_from_its_head() {
+        let big = format!("{{\"message\": \"rate limit exceeded {}\"}}\n{{\"message\": \"overloaded\"}}\n", "x".repeat(50 << 20));
+        let (out, stats) = run_stream(&big);
+        assert_eq!(out[0]["reason"], "rate_limit");
+        assert_eq!(out[0]["truncated"], true);
+        assert_eq!(out[1]["reason"], "overloaded");
+        assert_eq!(stats.bad, 0);
+    }
+}
