@@ -9,8 +9,10 @@
 pub mod classify;
 pub mod cli;
 pub mod compile;
+pub mod config;
 pub mod diag;
 pub mod load;
+pub mod policy;
 pub mod syntax;
 
 pub use classify::{Body, Classification, Engine, ProviderError};
