@@ -54,6 +54,9 @@ use crate::syntax::display_name;
 /// size (a 5 MB file is a mistake, e.g. a log pointed at by `--config`).
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
+/// A quoted source line is cut after this many characters.
+const SHOWN_LINE_CHARS: usize = 120;
+
 /// Problems past this many are still reported, but without a line number:
 /// placing each one re-reads the file.
 pub const LOCATED_PROBLEMS: usize = 32;
@@ -265,15 +268,24 @@ impl ConfigProblem {
                 if let Some(src) = text.lines().nth(line - 1) {
                     let gutter = line.to_string();
                     let pad = " ".repeat(gutter.len());
-                    let src_shown: String = src.chars().take(120).collect();
-                    let lead: String = src_shown
-                        .chars()
-                        .take(col.saturating_sub(1))
-                        .map(|c| if c == '\t' { '\t' } else { ' ' })
-                        .collect();
                     let _ = writeln!(out, "{pad} |");
-                    let _ = writeln!(out, "{gutter} | {src_shown}");
-                    let _ = writeln!(out, "{pad} | {lead}^");
+                    if may_hold_secret(src) {
+                        // Quoting the line back would print the secret.
+                        let _ = writeln!(out, "{gutter} | (line not shown: it may hold a secret)");
+                    } else {
+                        // Long lines (one-line JSON) are cut; the caret
+                        // stays where the column points when it fits.
+                        let src_shown: String = src.chars().take(SHOWN_LINE_CHARS).collect();
+                        let lead: String = src_shown
+                            .chars()
+                            .take(col.saturating_sub(1))
+                            .map(|c| if c == '\t' { '\t' } else { ' ' })
+                            .collect();
+                        let _ = writeln!(out, "{gutter} | {src_shown}");
+                        if col <= SHOWN_LINE_CHARS {
+                            let _ = writeln!(out, "{pad} | {lead}^");
+                        }
+                    }
                 }
             }
             _ => {
@@ -304,6 +316,8 @@ pub struct ConfigError {
     pub name: String,
     pub text: String,
     pub problems: Vec<ConfigProblem>,
+    /// The file could not be read at all: one line says it all.
+    unreadable: bool,
 }
 
 impl ConfigError {
@@ -312,6 +326,7 @@ impl ConfigError {
             name,
             text: String::new(),
             problems: vec![ConfigProblem::whole_file(message)],
+            unreadable: true,
         }
     }
 
@@ -322,6 +337,12 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.unreadable {
+            for p in &self.problems {
+                writeln!(f, "error: {}", p.message)?;
+            }
+            return Ok(());
+        }
         f.write_str(&render_problems(&self.problems, &self.name, &self.text))
     }
 }
@@ -400,6 +421,7 @@ impl GatewayConfig {
             name: name.to_string(),
             text: text.to_string(),
             problems,
+            unreadable: false,
         };
         if text.len() as u64 > MAX_CONFIG_BYTES {
             return Err(fail(vec![ConfigProblem::whole_file(format!(
@@ -469,27 +491,34 @@ fn parse_tree(text: &str, format: Format) -> Result<Value, Box<ConfigProblem>> {
     })
 }
 
-/// Parser messages end in ` at line L column C` (YAML) or ` at line L
-/// column C` (JSON); the position is shown separately, so it is cut here.
-/// A nested position (`…, while parsing a block mapping at line 2 column 3`)
-/// stays: it says where the unclosed block began.
+/// Parser messages carry the position (` at line L column C`), which is
+/// shown separately, so it is cut; a second position, in the context
+/// (`…, while parsing a block mapping at line 3 column 5`), says where the
+/// unclosed block began and stays, worded as such.
 fn strip_position(msg: &str) -> String {
-    let mut s = msg.trim_end_matches('.').to_string();
-    if let Some(i) = s.rfind(" at line ") {
-        let tail = &s[i + " at line ".len()..];
-        let is_position = tail
-            .split(' ')
-            .all(|w| w == "column" || w.chars().all(|c| c.is_ascii_digit()));
-        if is_position {
-            s.truncate(i);
+    let msg = msg.trim_end_matches('.');
+    let (main, context) = match msg.split_once(", while ") {
+        Some((m, c)) => (m, Some(c)),
+        None => (msg, None),
+    };
+    let cut = |s: &str| -> String {
+        if let Some(i) = s.rfind(" at line ") {
+            let tail = &s[i + " at line ".len()..];
+            if tail
+                .split(' ')
+                .all(|w| w == "column" || w.chars().all(|c| c.is_ascii_digit()))
+            {
+                return s[..i].to_string();
+            }
         }
+        s.to_string()
+    };
+    let mut out = cut(main);
+    if let Some(c) = context {
+        out.push_str(", while ");
+        out.push_str(&c.replace(" at line ", " that starts at line "));
     }
-    // serde_yaml prefixes messages with the path it was at; ours are
-    // positions in a tree of plain values, where that path is empty or `.`.
-    if let Some(rest) = s.strip_prefix(".: ") {
-        s = rest.to_string();
-    }
-    s
+    out
 }
 
 /// One step of a key path.
@@ -537,6 +566,21 @@ fn found(v: &Value) -> &'static str {
         Value::Mapping(_) => "a mapping",
         Value::Tagged(_) => "a tagged value",
     }
+}
+
+/// Whether a source line sets one of [`SECRET_KEYS`] (`apiKey: …`,
+/// `"token": …`), so it must not be quoted in a message (SPEC R16.11).
+fn may_hold_secret(line: &str) -> bool {
+    let lower = line.to_ascii_lowercase();
+    let bytes = lower.as_bytes();
+    SECRET_KEYS.iter().any(|key| {
+        let key = key.to_ascii_lowercase();
+        lower.match_indices(&key).any(|(i, _)| {
+            let starts_word = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
+            let rest = lower[i + key.len()..].trim_start_matches(['"', '\'']);
+            starts_word && rest.trim_start().starts_with(':')
+        })
+    })
 }
 
 /// Keys whose value would be a secret; they never belong in the config.
@@ -1640,8 +1684,18 @@ auth:
                 "secrets do not belong in the config file; this value is ignored"
             )
         );
-        let shown = format!("{:?}{}", c.config, w.render(&c.name, ""));
+        let shown = format!("{:?}{}", c.config, w.render(&c.name, &c.text));
         assert!(!shown.contains("SECRET"), "{shown}");
+        assert!(
+            shown.contains("(line not shown: it may hold a secret)"),
+            "{shown}"
+        );
+        // A type error next to a secret in a flow mapping hides the line too.
+        let flow = "auth:\n  profiles:\n    x:default: { provider: 5, token: tok-SECRET }\n";
+        let e = GatewayConfig::parse(flow, Format::Yaml, "f.yaml").unwrap_err();
+        assert!(!e.to_string().contains("SECRET"), "{e}");
+        assert!(may_hold_secret(r#"  "apiKey" : "x""#));
+        assert!(!may_hold_secret("  primary: ollama/monkey:7b"));
     }
 
     #[test]
