@@ -3,6 +3,7 @@
 //! (diagnostics, failing cases, bad lines), 2 usage errors (missing files,
 //! bad flags).
 
+mod chain;
 mod check;
 
 use std::path::PathBuf;
@@ -22,6 +23,8 @@ struct Cli {
 enum Command {
     /// Parse, validate and lint rules files; print diagnostics.
     Check(check::CheckArgs),
+    /// Print a run's selection source and candidate chain (SPEC R3, R4).
+    Chain(chain::ChainArgs),
 }
 
 /// `--rules DIR` (repeatable) and `--no-defaults`, shared by the commands
@@ -49,6 +52,7 @@ pub fn main() -> i32 {
     };
     let result = match cli.command {
         Command::Check(args) => check::run(&args),
+        Command::Chain(args) => chain::run(&args),
     };
     match result {
         Ok(code) => code,
