@@ -8,9 +8,11 @@
 //!    error stops here, with the position the parser gives;
 //! 2. walk the tree with a typed reader that knows the R15 keys, records
 //!    each problem with its path (`agents.list[2].model.fallbacks`), keeps
-//!    going, and reports *all* problems at once. Unknown keys are warnings
-//!    (the gateway config has many keys this tool does not need); wrong
-//!    types and malformed model references are errors.
+//!    going, and reports *all* problems at once. Unknown keys inside the
+//!    sections it reads (`agents`, `auth`) are warnings; other top-level
+//!    sections (`gateway`, `channels`, …) belong to the gateway and are
+//!    left alone unless the name is a near miss (`agnets`). Wrong types and
+//!    malformed model references are errors.
 //!
 //! The untyped tree has no positions, so a problem is placed afterwards:
 //! the text is deserialized once more by a visitor that walks to the
@@ -29,7 +31,7 @@
 //! ```
 //!
 //! the reader reports `agents.list[0].model.fallbacks: expected a list of
-//! "provider/model" strings, found a string` at line 4, column 62.
+//! "provider/model" strings, found a string` at line 4, column 63.
 //!
 //! The config holds metadata only (SPEC R5.3): an auth profile's provider,
 //! mode and e-mail, never keys or tokens. A secret found under
@@ -1512,6 +1514,28 @@ agents:
         assert_eq!(
             p[0].help.as_deref(),
             Some("write `[openai/gpt-mini]`, or one `- provider/model` line per fallback")
+        );
+    }
+
+    // The example of the module essay.
+    #[test]
+    fn essay_example_is_placed_where_it_says() {
+        let text = "\
+agents:
+  list:
+    - id: coder
+      model: { primary: anthropic/claude-opus-4-6, fallbacks: openai/gpt-5.2 }
+";
+        let p = problems(text, Format::Yaml);
+        assert_eq!(
+            brief(&p[0]),
+            (
+                Severity::Error,
+                "agents.list[0].model.fallbacks",
+                Some(4),
+                Some(63),
+                "expected a list of \"provider/model\" strings, found a string"
+            )
         );
     }
 

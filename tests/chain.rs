@@ -491,6 +491,10 @@ fn bad_flags_and_agents_exit_2() {
             &["--config", "examples/configs"],
             "error: config `examples/configs` is a directory, not a file\n",
         ),
+        (
+            &["--config", GATEWAY, "--no-defaults"],
+            "error: no rules to take the selection policy from: `--no-defaults` needs at least one `--rules` directory\n",
+        ),
     ];
     for (args, stderr_expected) in rows {
         let (code, stdout, stderr) = chain(args);

@@ -79,6 +79,11 @@ pub fn run(args: &ChainArgs) -> CmdResult {
     let build = load::build(&args.rules.dirs, !args.rules.no_defaults)?;
     let policies = match &build.ruleset {
         Some(r) if !build.has_errors() => r.selections.clone(),
+        None if build.diagnostics.is_empty() => {
+            return Err(UsageError(
+                "no rules to take the selection policy from: `--no-defaults` needs at least one `--rules` directory".into(),
+            ));
+        }
         _ => {
             eprint!("{}", render_all(&build.diagnostics, &build.sources));
             return Ok(1);
