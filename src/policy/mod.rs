@@ -167,7 +167,10 @@ pub struct CandidateChain {
     pub policy: SelectionPolicy,
     /// The fallback list in use; `None` when the run is strict.
     pub list: Option<FallbackList>,
-    /// No fallback at all: the requested model or its error (R3.1).
+    /// No fallback at all: the requested model or its error (R3.1). This
+    /// reports the policy, not the length: a configured default without
+    /// fallbacks has one candidate but is not strict (a later config with
+    /// fallbacks would give it more).
     pub strict: bool,
     /// Never empty; the first is the requested model.
     pub candidates: Vec<Candidate>,
