@@ -17,7 +17,13 @@ fn engine_with(extra: usize) -> Engine {
     let layers = if extra == 0 {
         Vec::new()
     } else {
-        vec![("ops".to_string(), vec![("ops.rules".to_string(), corpus::operator_rules(extra).into_bytes())])]
+        vec![(
+            "ops".to_string(),
+            vec![(
+                "ops.rules".to_string(),
+                corpus::operator_rules(extra).into_bytes(),
+            )],
+        )]
     };
     Engine::from_build(build_layers(layers, true)).expect("rules compile")
 }
@@ -30,25 +36,36 @@ fn classify(c: &mut Criterion) {
         let engine = engine_with(extra);
         let mut scratch = Scratch::default();
         let label = format!("defaults+{extra}");
-        group.bench_with_input(BenchmarkId::new("matcher", &label), &samples, |b, samples| {
-            b.iter(|| {
-                let mut n = 0usize;
-                for s in samples {
-                    n += engine.classify_with(&s.as_error(), &mut scratch).reason_id.0 as usize;
-                }
-                n
-            })
-        });
-        if extra <= 1_000 {
-            group.bench_with_input(BenchmarkId::new("exhaustive-baseline", &label), &samples, |b, samples| {
+        group.bench_with_input(
+            BenchmarkId::new("matcher", &label),
+            &samples,
+            |b, samples| {
                 b.iter(|| {
                     let mut n = 0usize;
                     for s in samples {
-                        n += engine.classify_exhaustive(&s.as_error()).reason_id.0 as usize;
+                        n += engine
+                            .classify_with(&s.as_error(), &mut scratch)
+                            .reason_id
+                            .0 as usize;
                     }
                     n
                 })
-            });
+            },
+        );
+        if extra <= 1_000 {
+            group.bench_with_input(
+                BenchmarkId::new("exhaustive-baseline", &label),
+                &samples,
+                |b, samples| {
+                    b.iter(|| {
+                        let mut n = 0usize;
+                        for s in samples {
+                            n += engine.classify_exhaustive(&s.as_error()).reason_id.0 as usize;
+                        }
+                        n
+                    })
+                },
+            );
         }
     }
     group.finish();
@@ -59,7 +76,10 @@ fn compile(c: &mut Criterion) {
     group.sample_size(10);
     for extra in [0usize, 1_000, 10_000] {
         group.throughput(Throughput::Elements((75 + extra) as u64));
-        group.bench_function(BenchmarkId::new("ruleset", format!("defaults+{extra}")), |b| b.iter(|| engine_with(extra)));
+        group.bench_function(
+            BenchmarkId::new("ruleset", format!("defaults+{extra}")),
+            |b| b.iter(|| engine_with(extra)),
+        );
     }
     group.finish();
 }

@@ -9,9 +9,11 @@
 pub mod classify;
 pub mod cli;
 pub mod compile;
+pub mod config;
 pub mod diag;
 pub mod golden;
 pub mod load;
+pub mod policy;
 pub mod syntax;
 
 pub use classify::{Body, Classification, Engine, ProviderError};

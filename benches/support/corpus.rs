@@ -65,7 +65,15 @@ impl Rng {
     }
 }
 
-const PREFIXES: &[&str] = &["", "", "Error: ", "API error: ", "request failed: ", "upstream provider error: ", "LLM call failed - "];
+const PREFIXES: &[&str] = &[
+    "",
+    "",
+    "Error: ",
+    "API error: ",
+    "request failed: ",
+    "upstream provider error: ",
+    "LLM call failed - ",
+];
 const SUFFIXES: &[&str] = &[
     " Please try again later.",
     " If the problem persists, contact support.",

@@ -43,7 +43,10 @@ pub fn run(args: &CheckArgs) -> CmdResult {
     if args.plan {
         if let Some(rs) = &build.ruleset {
             println!();
-            print!("{}", crate::compile::plan::render(&crate::compile::Plan::build(&rs.rules), &rs.rules));
+            print!(
+                "{}",
+                crate::compile::plan::render(&crate::compile::Plan::build(&rs.rules), &rs.rules)
+            );
         }
     }
     Ok(if errors > 0 || (args.deny_warnings && warnings > 0) {

@@ -78,7 +78,10 @@ pub fn run(args: &ClassifyArgs) -> CmdResult {
         Ok(engine) => engine,
         Err(code) => return Ok(code),
     };
-    let single = args.message.is_some() || args.status.is_some() || args.body.is_some() || args.code.is_some();
+    let single = args.message.is_some()
+        || args.status.is_some()
+        || args.body.is_some()
+        || args.code.is_some();
     if single {
         if args.input.is_some() {
             return Err(UsageError(
@@ -90,13 +93,23 @@ pub fn run(args: &ClassifyArgs) -> CmdResult {
     let reader: Box<dyn Read> = match args.input.as_deref() {
         None => Box::new(io::stdin().lock()),
         Some(p) if p.as_os_str() == "-" => Box::new(io::stdin().lock()),
-        Some(p) => Box::new(
-            File::open(p).map_err(|e| UsageError(format!("cannot read `{}`: {}", display_name(p), plain_io(&e))))?,
-        ),
+        Some(p) => Box::new(File::open(p).map_err(|e| {
+            UsageError(format!(
+                "cannot read `{}`: {}",
+                display_name(p),
+                plain_io(&e)
+            ))
+        })?),
     };
     let stdout = io::stdout().lock();
-    let stats = classify_stream(&engine, BufReader::with_capacity(1 << 16, reader), stdout, args.explain, progress_sink(args))
-        .map_err(|e| UsageError(format!("cannot write output: {}", plain_io(&e))))?;
+    let stats = classify_stream(
+        &engine,
+        BufReader::with_capacity(1 << 16, reader),
+        stdout,
+        args.explain,
+        progress_sink(args),
+    )
+    .map_err(|e| UsageError(format!("cannot write output: {}", plain_io(&e))))?;
     if !args.quiet && (args.summary || stats.lines >= SUMMARY_MIN_LINES) {
         eprint!("{}", stats.render(&engine));
     }
@@ -151,7 +164,11 @@ pub fn render_explanation(engine: &Engine, c: &Classification, ex: &Explanation)
             let _ = writeln!(out, "rule:     {} at {}", r.id, sources.location(r.span));
         }
         None => {
-            let _ = writeln!(out, "rule:     none matched (the engine's `{}` label)", c.reason);
+            let _ = writeln!(
+                out,
+                "rule:     none matched (the engine's `{}` label)",
+                c.reason
+            );
         }
     }
     let _ = writeln!(out, "behaviour: {}", c.behaviour);
@@ -164,7 +181,15 @@ pub fn render_explanation(engine: &Engine, c: &Classification, ex: &Explanation)
     );
     let _ = writeln!(out, "message:  {:?}", preview(&ex.message, 200));
     let atoms: Vec<String> = ex.atoms_hit.iter().map(|a| format!("{a:?}")).collect();
-    let _ = writeln!(out, "atoms hit: {}", if atoms.is_empty() { "none".into() } else { atoms.join(", ") });
+    let _ = writeln!(
+        out,
+        "atoms hit: {}",
+        if atoms.is_empty() {
+            "none".into()
+        } else {
+            atoms.join(", ")
+        }
+    );
     let _ = writeln!(out, "rules verified ({}):", ex.verified.len());
     for (idx, holds) in &ex.verified {
         let r = &rs.rules[*idx as usize];
@@ -216,7 +241,11 @@ fn status_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u16>, D
     let bad = || D::Error::custom("`status` must be an HTTP status code (an integer 100–599)");
     match v {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n.as_u64().and_then(|s| u16::try_from(s).ok()).map(Some).ok_or_else(bad),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .and_then(|s| u16::try_from(s).ok())
+            .map(Some)
+            .ok_or_else(bad),
         Some(Value::String(s)) => s.trim().parse::<u16>().map(Some).map_err(|_| bad()),
         Some(_) => Err(bad()),
     }
@@ -306,7 +335,13 @@ impl StreamStats {
         rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         let good = (self.lines - self.bad).max(1);
         for (name, n) in rows {
-            let _ = writeln!(out, "  {:<18} {:>10}  {:>5.1}%", name, n, 100.0 * n as f64 / good as f64);
+            let _ = writeln!(
+                out,
+                "  {:<18} {:>10}  {:>5.1}%",
+                name,
+                n,
+                100.0 * n as f64 / good as f64
+            );
         }
         out
     }
@@ -369,7 +404,9 @@ pub fn classify_stream<R: BufRead, W: Write, P: Write>(
         if let Some(p) = progress.as_mut() {
             if stats.lines % 65_536 == 0 {
                 let now = Instant::now();
-                if now - start >= PROGRESS_AFTER && now - last_progress >= Duration::from_millis(250) {
+                if now - start >= PROGRESS_AFTER
+                    && now - last_progress >= Duration::from_millis(250)
+                {
                     last_progress = now;
                     let rate = stats.lines as f64 / (now - start).as_secs_f64();
                     let _ = write!(p, "\r  {} lines, {:.2} M lines/s ", stats.lines, rate / 1e6);
@@ -405,7 +442,10 @@ fn classify_line(
     explain: bool,
 ) -> Result<(usize, String), String> {
     let text = std::str::from_utf8(line).map_err(|e| {
-        format!("line is not valid UTF-8 (first bad byte at column {})", e.valid_up_to() + 1)
+        format!(
+            "line is not valid UTF-8 (first bad byte at column {})",
+            e.valid_up_to() + 1
+        )
     })?;
     if !text.trim_start().starts_with('{') {
         // Serde would read an array positionally into the fields.
@@ -468,7 +508,9 @@ fn classify_line(
                     }
                 })
                 .collect(),
-            at: c.rule_index.map(|i| sources.location(rs.rules[i as usize].span)),
+            at: c
+                .rule_index
+                .map(|i| sources.location(rs.rules[i as usize].span)),
         });
     }
     let json = serde_json::to_string(&out).map_err(|e| e.to_string())?;
@@ -502,7 +544,8 @@ mod tests {
     fn run_stream(input: &str) -> (Vec<Value>, StreamStats) {
         let engine = Engine::builtin();
         let mut out = Vec::new();
-        let stats = classify_stream(&engine, input.as_bytes(), &mut out, false, None::<Vec<u8>>).unwrap();
+        let stats =
+            classify_stream(&engine, input.as_bytes(), &mut out, false, None::<Vec<u8>>).unwrap();
         let lines = String::from_utf8(out)
             .unwrap()
             .lines()
@@ -523,10 +566,24 @@ mod tests {
         ));
         assert_eq!(out.len(), 5);
         assert_eq!(out[0]["reason"], "rate_limit");
-        assert!(out[1]["error"].as_str().unwrap().starts_with("invalid JSON"), "{}", out[1]);
+        assert!(
+            out[1]["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("invalid JSON"),
+            "{}",
+            out[1]
+        );
         assert_eq!(out[1]["line"], 2);
         assert_eq!(out[2]["error"], "expected a JSON object per line");
-        assert!(out[3]["error"].as_str().unwrap().contains("`status` must be an HTTP status"), "{}", out[3]);
+        assert!(
+            out[3]["error"]
+                .as_str()
+                .unwrap()
+                .contains("`status` must be an HTTP status"),
+            "{}",
+            out[3]
+        );
         assert_eq!(out[4]["reason"], "billing");
         assert_eq!(out[4]["line"], Value::Null);
         assert_eq!((stats.lines, stats.bad), (5, 3));
@@ -542,8 +599,14 @@ mod tests {
         let mut out = Vec::new();
         let stats = classify_stream(&engine, &input[..], &mut out, false, None::<Vec<u8>>).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert!(text.lines().next().unwrap().contains("not valid UTF-8"), "{text}");
-        assert!(text.lines().nth(1).unwrap().contains("\"overloaded\""), "{text}");
+        assert!(
+            text.lines().next().unwrap().contains("not valid UTF-8"),
+            "{text}"
+        );
+        assert!(
+            text.lines().nth(1).unwrap().contains("\"overloaded\""),
+            "{text}"
+        );
         assert_eq!(stats.bad, 1);
     }
 
@@ -564,7 +627,10 @@ mod tests {
 
     #[test]
     fn fifty_megabyte_message_is_classified_from_its_head() {
-        let big = format!("{{\"message\": \"rate limit exceeded {}\"}}\n{{\"message\": \"overloaded\"}}\n", "x".repeat(50 << 20));
+        let big = format!(
+            "{{\"message\": \"rate limit exceeded {}\"}}\n{{\"message\": \"overloaded\"}}\n",
+            "x".repeat(50 << 20)
+        );
         let (out, stats) = run_stream(&big);
         assert_eq!(out[0]["reason"], "rate_limit");
         assert_eq!(out[0]["truncated"], true);

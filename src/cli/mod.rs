@@ -3,6 +3,7 @@
 //! (diagnostics, failing cases, bad lines), 2 usage errors (missing files,
 //! bad flags).
 
+mod chain;
 mod check;
 pub mod classify;
 mod test;
@@ -30,6 +31,8 @@ enum Command {
     Test(test::TestArgs),
     /// Classify one error (`--message`, `--status`, …) or a JSONL stream.
     Classify(classify::ClassifyArgs),
+    /// Print a run's selection source and candidate chain (SPEC R3, R4).
+    Chain(chain::ChainArgs),
 }
 
 /// `--rules DIR` (repeatable) and `--no-defaults`, shared by the commands
@@ -59,6 +62,7 @@ pub fn main() -> i32 {
         Command::Check(args) => check::run(&args),
         Command::Test(args) => test::run(&args),
         Command::Classify(args) => classify::run(&args),
+        Command::Chain(args) => chain::run(&args),
     };
     match result {
         Ok(code) => code,

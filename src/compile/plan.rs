@@ -64,18 +64,27 @@ impl Plan {
                         match key {
                             Key::Atoms(atoms) => {
                                 for atom in atoms {
-                                    let pid = *pattern_ids.entry(atom.clone()).or_insert_with(|| {
-                                        patterns.push(atom.clone());
-                                        atom_rules.push(Vec::new());
-                                        patterns.len() - 1
-                                    });
+                                    let pid =
+                                        *pattern_ids.entry(atom.clone()).or_insert_with(|| {
+                                            patterns.push(atom.clone());
+                                            atom_rules.push(Vec::new());
+                                            patterns.len() - 1
+                                        });
                                     push_once(&mut atom_rules[pid], idx);
                                 }
                             }
-                            Key::Provider(vs) => vs.iter().for_each(|v| push_once(by_provider.entry(v.clone()).or_default(), idx)),
-                            Key::Code(vs) => vs.iter().for_each(|v| push_once(by_code.entry(v.clone()).or_default(), idx)),
-                            Key::Type(vs) => vs.iter().for_each(|v| push_once(by_type.entry(v.clone()).or_default(), idx)),
-                            Key::Status(set) => set.iter().for_each(|st| push_once(&mut by_status[(st - 100) as usize], idx)),
+                            Key::Provider(vs) => vs.iter().for_each(|v| {
+                                push_once(by_provider.entry(v.clone()).or_default(), idx)
+                            }),
+                            Key::Code(vs) => vs.iter().for_each(|v| {
+                                push_once(by_code.entry(v.clone()).or_default(), idx)
+                            }),
+                            Key::Type(vs) => vs.iter().for_each(|v| {
+                                push_once(by_type.entry(v.clone()).or_default(), idx)
+                            }),
+                            Key::Status(set) => set
+                                .iter()
+                                .for_each(|st| push_once(&mut by_status[(st - 100) as usize], idx)),
                         }
                     }
                 }
@@ -88,10 +97,17 @@ impl Plan {
                 .match_kind(MatchKind::Standard)
                 .kind(Some(AhoCorasickKind::DFA))
                 .build(&patterns)
-                .or_else(|_| AhoCorasick::builder().match_kind(MatchKind::Standard).build(&patterns))
+                .or_else(|_| {
+                    AhoCorasick::builder()
+                        .match_kind(MatchKind::Standard)
+                        .build(&patterns)
+                })
                 .expect("literal patterns always build")
         });
-        let atom_texts = patterns.iter().map(|p| String::from_utf8_lossy(p).into_owned()).collect();
+        let atom_texts = patterns
+            .iter()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
         Plan {
             atoms,
             atom_rules,
@@ -129,7 +145,11 @@ pub fn render(plan: &Plan, rules: &[Rule]) -> String {
     for (rule, keys) in rules.iter().zip(&plan.routes) {
         let how = match keys {
             None => "always verified".to_string(),
-            Some(keys) => keys.iter().map(describe_key).collect::<Vec<_>>().join(" | "),
+            Some(keys) => keys
+                .iter()
+                .map(describe_key)
+                .collect::<Vec<_>>()
+                .join(" | "),
         };
         let _ = writeln!(out, "{:<width$}  {}", rule.id, how);
     }
@@ -145,12 +165,18 @@ pub fn render(plan: &Plan, rules: &[Rule]) -> String {
 
 fn describe_key(k: &Key) -> String {
     fn list(vs: &[String]) -> String {
-        vs.iter().map(|v| format!("{v:?}")).collect::<Vec<_>>().join(", ")
+        vs.iter()
+            .map(|v| format!("{v:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
     match k {
         Key::Atoms(a) => format!(
             "atoms [{}]",
-            a.iter().map(|x| format!("{:?}", String::from_utf8_lossy(x))).collect::<Vec<_>>().join(", ")
+            a.iter()
+                .map(|x| format!("{:?}", String::from_utf8_lossy(x)))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         Key::Provider(v) => format!("provider [{}]", list(v)),
         Key::Code(v) => format!("code [{}]", list(v)),
@@ -159,7 +185,11 @@ fn describe_key(k: &Key) -> String {
             "status [{}]",
             s.ranges()
                 .iter()
-                .map(|(a, b)| if a == b { a.to_string() } else { format!("{a}..{b}") })
+                .map(|(a, b)| if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}..{b}")
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
