@@ -86,7 +86,7 @@ pub struct Explanation {
 /// [`Engine::classify_with`].
 #[derive(Debug, Default)]
 pub struct Scratch {
-    lower: Vec<u8>,
+    lower: String,
     text: String,
     provider: String,
     model: String,
@@ -104,7 +104,7 @@ thread_local! {
 /// The normalised error the rules look at.
 struct View<'a> {
     text: &'a str,
-    lower: &'a [u8],
+    lower: &'a str,
     status: Option<u16>,
     provider: Option<&'a str>,
     model: Option<&'a str>,
@@ -196,7 +196,7 @@ impl Engine {
     ) {
         let plan = &self.plan;
         if let Some(ac) = &plan.atoms {
-            for m in ac.find_overlapping_iter(view.lower) {
+            for m in ac.find_overlapping_iter(view.lower.as_bytes()) {
                 let pid = m.pattern().as_usize();
                 candidates.extend_from_slice(&plan.atom_rules[pid]);
                 if let Some(ex) = explain.as_deref_mut() {
@@ -363,7 +363,7 @@ impl Engine {
             truncated = true;
         }
         lower.clear();
-        lower.extend_from_slice(message.as_bytes());
+        lower.push_str(message);
         lower.make_ascii_lowercase();
         let provider_l = lower_into(err.provider, provider);
         let model_l = lower_into(err.model, model);
@@ -463,7 +463,7 @@ fn eval(expr: &Expr, v: &View) -> bool {
         Expr::Status(set) => v.status.is_some_and(|s| set.contains(s)),
         Expr::StatusEmpty => v.status.is_none(),
         Expr::Text(field, test) => match field {
-            TextField::Message => text_test(test, Some(v.lower), v.text),
+            TextField::Message => text_test(test, v.lower, v.text),
             TextField::Provider => short_test(test, v.provider),
             TextField::Model => short_test(test, v.model),
             TextField::Code => short_test(test, v.code),
@@ -487,19 +487,20 @@ fn eval(expr: &Expr, v: &View) -> bool {
 fn short_test(test: &TextTest, value: Option<&str>) -> bool {
     match value {
         None => matches!(test, TextTest::IsEmpty),
-        Some(s) => text_test(test, Some(s.as_bytes()), s),
+        Some(s) => text_test(test, s, s),
     }
 }
 
 /// A test on a value that is not lower-cased yet (JSON body fields).
 fn owned_test(test: &TextTest, value: &str) -> bool {
     let lower = value.to_ascii_lowercase();
-    text_test(test, Some(lower.as_bytes()), value)
+    text_test(test, &lower, value)
 }
 
 /// `lower` is the ASCII-lower-cased form of `original`.
-fn text_test(test: &TextTest, lower: Option<&[u8]>, original: &str) -> bool {
-    let lower = lower.unwrap_or_default();
+fn text_test(test: &TextTest, lower: &str, original: &str) -> bool {
+    let lower_str = lower;
+    let lower = lower.as_bytes();
     match test {
         TextTest::IsEmpty => lower.iter().all(u8::is_ascii_whitespace),
         TextTest::Eq(s) => trim(lower) == s.as_bytes(),
@@ -512,6 +513,7 @@ fn text_test(test: &TextTest, lower: Option<&[u8]>, original: &str) -> bool {
         TextTest::HasAll(ls) => ls.iter().all(|l| l.is_in(lower)),
         TextTest::StartsWith(s) => trim(lower).starts_with(s.as_bytes()),
         TextTest::EndsWith(s) => trim(lower).ends_with(s.as_bytes()),
+        TextTest::Matches(re) if re.on_lowercase => re.regex.is_match(lower_str),
         TextTest::Matches(re) => re.regex.is_match(original),
     }
 }

@@ -63,7 +63,7 @@ fn expr_atoms(expr: &Expr) -> Option<Vec<Vec<u8>>> {
                 usable(vec![s.as_bytes().to_vec()])
             }
             TextTest::In(list) => usable(list.iter().map(|s| s.as_bytes().to_vec()).collect()),
-            TextTest::Matches(re) => regex_atoms(re.regex.as_str(), &re.source),
+            TextTest::Matches(re) => regex_atoms(&re.pattern, &re.flags),
             TextTest::IsEmpty => None,
         },
         Expr::And(parts) => parts.iter().filter_map(expr_atoms).max_by_key(|s| score(s)),
@@ -110,11 +110,8 @@ fn usable(mut set: Vec<Vec<u8>>) -> Option<Vec<Vec<u8>>> {
     Some(set)
 }
 
-/// Atoms of a regex (as compiled; `flags_source` is `/…/flags`, read for `x`).
-fn regex_atoms(pattern: &str, source: &str) -> Option<Vec<Vec<u8>>> {
-    // The compiled pattern is the text between the slashes; the flags that
-    // change how it parses must be applied again.
-    let flags = source.rsplit('/').next().unwrap_or("");
+/// Atoms of a regex as written (the flags that change parsing applied).
+fn regex_atoms(pattern: &str, flags: &str) -> Option<Vec<Vec<u8>>> {
     let hir = regex_syntax::ParserBuilder::new()
         .ignore_whitespace(flags.contains('x'))
         .multi_line(flags.contains('m'))
@@ -397,7 +394,7 @@ mod tests {
     use super::*;
 
     fn atoms_of(pattern: &str) -> Option<Vec<String>> {
-        regex_atoms(pattern, &format!("/{pattern}/")).map(|s| {
+        regex_atoms(pattern, "").map(|s| {
             s.into_iter()
                 .map(|b| String::from_utf8(b).unwrap())
                 .collect()

@@ -112,9 +112,16 @@ impl PartialEq for Literal {
 /// A compiled regex with the source it came from.
 #[derive(Debug)]
 pub struct CompiledRegex {
-    /// As written between the slashes, plus flags: `/…/flags`.
+    /// As written, with slashes and flags: `/…/flags`.
     pub source: String,
+    /// The pattern between the slashes, and the flags, as written.
+    pub pattern: String,
+    pub flags: String,
+    /// What runs: the ASCII-folded pattern ([`super::fold`]) on the
+    /// lower-cased message, or with the `c` flag the pattern as written on
+    /// the original text.
     pub regex: Regex,
+    pub on_lowercase: bool,
 }
 
 impl PartialEq for CompiledRegex {

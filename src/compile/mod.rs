@@ -13,6 +13,7 @@
 //! that can never win, regexes that run on every message).
 
 pub mod atoms;
+mod fold;
 pub mod ir;
 pub mod plan;
 pub mod reasons;
@@ -850,10 +851,34 @@ impl Compiler<'_> {
                 }
             }
         }
-        match builder.build() {
+        // Compile as written first: its errors are the ones to report.
+        let as_written = builder.build();
+        let case_sensitive = flags.node.contains('c');
+        let folded = match (&as_written, case_sensitive) {
+            (Ok(_), false) => Some(
+                fold::ascii_fold(pattern, &flags.node, REGEX_NEST_LIMIT)
+                    .map_err(|e| regex::Error::Syntax(e.to_string()))
+                    .and_then(|p| {
+                        RegexBuilder::new(&p)
+                            .size_limit(REGEX_SIZE_LIMIT)
+                            .dfa_size_limit(REGEX_SIZE_LIMIT)
+                            .nest_limit(REGEX_NEST_LIMIT)
+                            .build()
+                    }),
+            ),
+            _ => None,
+        };
+        let built = match folded {
+            Some(f) => as_written.and(f),
+            None => as_written,
+        };
+        match built {
             Ok(regex) => Some(CompiledRegex {
                 source: format!("/{pattern}/{}", flags.node),
+                pattern: pattern.to_string(),
+                flags: flags.node.clone(),
                 regex,
+                on_lowercase: !case_sensitive,
             }),
             Err(err) => {
                 let detail = match &err {
