@@ -11,6 +11,7 @@ pub mod cli;
 pub mod compile;
 pub mod diag;
 pub mod load;
+pub mod store;
 pub mod syntax;
 
 pub use classify::{Body, Classification, Engine, ProviderError};
