@@ -6,6 +6,7 @@
 //! [`classify`]. [`load`] finds rules files (embedded defaults, operator
 //! directories); [`diag`] renders problems.
 
+pub mod auth;
 pub mod classify;
 pub mod cli;
 pub mod compile;
