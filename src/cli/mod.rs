@@ -4,6 +4,7 @@
 //! bad flags).
 
 mod check;
+mod status;
 
 use std::path::PathBuf;
 
@@ -22,6 +23,8 @@ struct Cli {
 enum Command {
     /// Parse, validate and lint rules files; print diagnostics.
     Check(check::CheckArgs),
+    /// Show auth profiles, cooldowns, disables and session overrides of a state directory.
+    Status(status::StatusArgs),
 }
 
 /// `--rules DIR` (repeatable) and `--no-defaults`, shared by the commands
@@ -49,6 +52,7 @@ pub fn main() -> i32 {
     };
     let result = match cli.command {
         Command::Check(args) => check::run(&args),
+        Command::Status(args) => status::run(&args),
     };
     match result {
         Ok(code) => code,
