@@ -16,9 +16,11 @@
 //! * [`record_failure`] / [`record_success`] — the cooldown and disable
 //!   arithmetic (R7, R8, R16.4–R16.6), driven by each reason's declared
 //!   [`ReasonBehaviour`](crate::compile::ReasonBehaviour), never its name.
-//! * [`is_available`], [`block_for`], [`soonest_expiry`],
-//!   [`probe_window_open`] — the questions the executor asks before
-//!   trying or skipping a candidate (R10, R14, R16.1).
+//! * [`is_available`], [`block_for`], [`soonest_expiry`] — the questions
+//!   the executor asks before trying or skipping a candidate (R10, R14);
+//!   [`probe_window_open`], [`disabled_probe_allowed`],
+//!   [`probe_uses_transient_slot`], [`ProbeThrottle`] — when a blocked
+//!   primary may be probed anyway (R16.1–R16.3).
 //!
 //! Config inputs arrive as plain values ([`AuthRouting`],
 //! [`CooldownPolicy`]) validated when built; the config-file parser maps
@@ -36,6 +38,7 @@
 
 mod cooldown;
 mod order;
+mod probe;
 mod sticky;
 
 use std::collections::BTreeMap;
@@ -45,6 +48,10 @@ pub use cooldown::{
     Failure, FailureEffect, COOLDOWN_BASE_MS, COOLDOWN_CAP_MS, COOLDOWN_FACTOR, DISABLE_FLOOR_MS,
 };
 pub use order::{order_profiles, Excluded, OrderSource, OrderedProfile, ProfileOrder};
+pub use probe::{
+    disabled_probe_allowed, probe_uses_transient_slot, probe_window_open, ProbeThrottle,
+    PROBE_MARGIN_MS, PROBE_THROTTLE_KEYS, PROBE_THROTTLE_MS, PROBE_THROTTLE_TTL_MS,
+};
 pub use sticky::{
     apply_pin_change, choose_session_profile, pin_user_profile, PinChange, ProfileChoice,
 };
@@ -54,24 +61,6 @@ use crate::store::{
     normalize_provider, provider_of_id, CredentialKind, Store, StoreError, StoreExt, HOUR_MS,
     MINUTE_MS,
 };
-
-/// A probe of a cooling primary is due this long before its soonest expiry
-/// (R16.1): close enough that it will probably succeed, early enough that
-/// recovery does not wait for the next full window.
-pub const PROBE_MARGIN_MS: u64 = 2 * MINUTE_MS;
-/// Probes of one (agent, provider) are at least this far apart (R16.1).
-pub const PROBE_THROTTLE_MS: u64 = 30_000;
-
-/// R16.1: a probe window is open when `now >= soonest − 2 min`, or when the
-/// soonest expiry is unknown.
-pub fn probe_window_open(soonest_expiry: Option<u64>, now_ms: u64) -> bool {
-    soonest_expiry.map_or(true, |s| now_ms >= s.saturating_sub(PROBE_MARGIN_MS))
-}
-
-/// R16.1: the throttle for one (agent, provider) key allows a probe.
-pub fn probe_throttle_open(last_probe_at: Option<u64>, now_ms: u64) -> bool {
-    last_probe_at.map_or(true, |t| now_ms.saturating_sub(t) >= PROBE_THROTTLE_MS)
-}
 
 /// A configuration problem in [`AuthRouting`] or [`CooldownPolicy`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -370,17 +359,5 @@ mod tests {
         assert!(!m.accepts(CredentialKind::ApiKey));
         m.mode = Some(CredentialKind::Token);
         assert!(!m.accepts(CredentialKind::OAuth));
-    }
-
-    // R16.1: probe window 2 min before the soonest expiry, throttled 30 s.
-    #[test]
-    fn r16_1_probe_window_and_throttle() {
-        let t = 1_000_000_000;
-        assert!(!probe_window_open(Some(t + PROBE_MARGIN_MS + 1), t));
-        assert!(probe_window_open(Some(t + PROBE_MARGIN_MS), t));
-        assert!(probe_window_open(None, t));
-        assert!(!probe_throttle_open(Some(t - 29_999), t));
-        assert!(probe_throttle_open(Some(t - 30_000), t));
-        assert!(probe_throttle_open(None, t));
     }
 }

@@ -67,7 +67,7 @@ pub use clock::{
 pub use file::{FileStore, StatePaths, DEFAULT_AGENT};
 pub use profiles::{
     normalize_provider, provider_of_id, AuthProfiles, Credential, CredentialKind, Extra, Profile,
-    Unusable, PROFILES_VERSION,
+    SecretRef, Unusable, PROFILES_VERSION,
 };
 pub use secret::Secret;
 pub use sessions::{OverrideFields, OverrideSource, SessionEntry, SessionStore};

@@ -84,7 +84,7 @@ pub enum Credential {
         key: Option<Secret>,
         /// A reference to a key held elsewhere (an environment variable, a
         /// secret manager); kept as written.
-        key_ref: Option<Value>,
+        key_ref: Option<SecretRef>,
     },
     OAuth {
         access: Option<Secret>,
@@ -94,9 +94,20 @@ pub enum Credential {
     },
     Token {
         token: Option<Secret>,
-        token_ref: Option<Value>,
+        token_ref: Option<SecretRef>,
         expires: Option<u64>,
     },
+}
+
+/// A `keyRef` / `tokenRef` value, kept as written. `Debug` hides it: an
+/// operator may have pasted the secret itself there.
+#[derive(Clone, PartialEq)]
+pub struct SecretRef(pub Value);
+
+impl fmt::Debug for SecretRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretRef(<redacted>)")
+    }
 }
 
 impl Credential {
@@ -254,7 +265,7 @@ impl Profile {
             Credential::ApiKey { key, key_ref } => {
                 put_secret("key", key);
                 if let Some(r) = key_ref {
-                    m.insert("keyRef".into(), r.clone());
+                    m.insert("keyRef".into(), r.0.clone());
                 }
             }
             Credential::OAuth {
@@ -275,7 +286,7 @@ impl Profile {
             } => {
                 put_secret("token", token);
                 if let Some(r) = token_ref {
-                    m.insert("tokenRef".into(), r.clone());
+                    m.insert("tokenRef".into(), r.0.clone());
                 }
                 if let Some(e) = expires {
                     m.insert("expires".into(), json!(e));
@@ -339,7 +350,11 @@ fn parse_profile(id: &str, v: &Value) -> Result<Profile, String> {
     let credential = match kind {
         CredentialKind::ApiKey => Credential::ApiKey {
             key: secret("key")?,
-            key_ref: obj.get("keyRef").filter(|v| !v.is_null()).cloned(),
+            key_ref: obj
+                .get("keyRef")
+                .filter(|v| !v.is_null())
+                .cloned()
+                .map(SecretRef),
         },
         CredentialKind::OAuth => Credential::OAuth {
             access: secret("access")?,
@@ -348,7 +363,11 @@ fn parse_profile(id: &str, v: &Value) -> Result<Profile, String> {
         },
         CredentialKind::Token => Credential::Token {
             token: secret("token")?,
-            token_ref: obj.get("tokenRef").filter(|v| !v.is_null()).cloned(),
+            token_ref: obj
+                .get("tokenRef")
+                .filter(|v| !v.is_null())
+                .cloned()
+                .map(SecretRef),
             expires: opt_ms(obj, "expires")?,
         },
     };
@@ -616,6 +635,20 @@ mod tests {
         // Debug of the whole document shows no secret.
         let dbg = format!("{p:?}");
         assert!(!dbg.contains("TOPSECRET"), "{dbg}");
+    }
+
+    // R16.11: references are kept for writing but hidden from Debug.
+    #[test]
+    fn r16_11_key_refs_hidden_from_debug() {
+        let (p, _) = parse(
+            json!({"profiles": {"openai:r": {"type": "api_key", "keyRef": {"env": SECRET}}}}),
+        );
+        assert_eq!(p.profiles["openai:r"].unusable(0), None);
+        assert!(!format!("{p:?}").contains("TOPSECRET"));
+        assert_eq!(
+            p.to_json()["profiles"]["openai:r"]["keyRef"]["env"],
+            json!(SECRET)
+        );
     }
 
     #[test]
