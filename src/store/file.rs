@@ -9,6 +9,12 @@
 //! secrets file, and OAuth logins from `<state>/credentials/oauth.json`
 //! when no secrets file exists anywhere yet (SPEC R5.1, R5.4). Legacy files
 //! are never modified.
+//!
+//! Worked example: a state directory from an old single-agent build holds
+//! only `<state>/agent/auth-profiles.json`, with `usageStats` inside it.
+//! `FileStore::open(state, "main")` reads both from there; the first
+//! `update_state` writes `agents/main/agent/auth-state.json` from those
+//! stats plus the edit, and from then on the new file is the one read.
 
 use std::fs;
 use std::path::{Path, PathBuf};
