@@ -6,6 +6,7 @@
 //! [`classify`]. [`load`] finds rules files (embedded defaults, operator
 //! directories); [`diag`] renders problems.
 
+pub mod auth;
 pub mod classify;
 pub mod cli;
 pub mod compile;
@@ -14,6 +15,7 @@ pub mod diag;
 pub mod golden;
 pub mod load;
 pub mod policy;
+pub mod store;
 pub mod syntax;
 
 pub use classify::{Body, Classification, Engine, ProviderError};

@@ -6,6 +6,7 @@
 mod chain;
 mod check;
 pub mod classify;
+mod status;
 mod test;
 
 use std::path::PathBuf;
@@ -33,6 +34,8 @@ enum Command {
     Classify(classify::ClassifyArgs),
     /// Print a run's selection source and candidate chain (SPEC R3, R4).
     Chain(chain::ChainArgs),
+    /// Show auth profiles, cooldowns, disables and session overrides of a state directory.
+    Status(status::StatusArgs),
 }
 
 /// `--rules DIR` (repeatable) and `--no-defaults`, shared by the commands
@@ -63,6 +66,7 @@ pub fn main() -> i32 {
         Command::Test(args) => test::run(&args),
         Command::Classify(args) => classify::run(&args),
         Command::Chain(args) => chain::run(&args),
+        Command::Status(args) => status::run(&args),
     };
     match result {
         Ok(code) => code,

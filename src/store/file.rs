@@ -1,0 +1,525 @@
+//! The default [`Store`]: JSON files in a state directory.
+//!
+//! Reads take no lock (a rename is atomic, so a reader sees a whole file).
+//! Updates lock `<file>.lock`, clear temporary files a crashed writer left,
+//! read the current file, run the closure, and replace the file only when
+//! the document changed. A missing file starts from its legacy source when
+//! there is one: the `main` agent's secrets from `<state>/agent/`, routing
+//! state from the `usageStats`/`order`/`lastGood` old builds kept in the
+//! secrets file, and OAuth logins from `<state>/credentials/oauth.json`
+//! when no secrets file exists anywhere yet (SPEC R5.1, R5.4). Legacy files
+//! are never modified.
+//!
+//! Worked example: a state directory from an old single-agent build holds
+//! only `<state>/agent/auth-profiles.json`, with `usageStats` inside it.
+//! `FileStore::open(state, "main")` reads both from there; the first
+//! `update_state` writes `agents/main/agent/auth-state.json` from those
+//! stats plus the edit, and from then on the new file is the one read.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use super::atomic::{
+    create_private_dir, lock_path, remove_stale_temps, write_atomic_with, FaultPlan, FileLock,
+};
+use super::clock::{Clock, SystemClock};
+use super::{AuthProfiles, AuthState, Problem, SessionStore, Store, StoreError};
+
+/// The agent id used when none is given.
+pub const DEFAULT_AGENT: &str = "main";
+
+const SECRET_MODE: u32 = 0o600;
+const PLAIN_MODE: u32 = 0o644;
+
+/// Where one agent's files live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatePaths {
+    pub root: PathBuf,
+    pub profiles: PathBuf,
+    pub state: PathBuf,
+    pub sessions: PathBuf,
+    /// `<state>/agent/auth-profiles.json`, for the default agent only.
+    pub legacy_profiles: Option<PathBuf>,
+    pub legacy_oauth: PathBuf,
+}
+
+impl StatePaths {
+    pub fn new(root: &Path, agent_id: &str) -> Self {
+        let agent = root.join("agents").join(agent_id);
+        StatePaths {
+            root: root.to_path_buf(),
+            profiles: agent.join("agent").join("auth-profiles.json"),
+            state: agent.join("agent").join("auth-state.json"),
+            sessions: agent.join("sessions").join("sessions.json"),
+            legacy_profiles: (agent_id == DEFAULT_AGENT)
+                .then(|| root.join("agent").join("auth-profiles.json")),
+            legacy_oauth: root.join("credentials").join("oauth.json"),
+        }
+    }
+}
+
+/// A state directory on the local file system.
+pub struct FileStore {
+    agent: String,
+    paths: StatePaths,
+    clock: Arc<dyn Clock>,
+    problems: Mutex<Vec<Problem>>,
+    reported: Mutex<Vec<Problem>>,
+    fault: Option<FaultPlan>,
+}
+
+impl std::fmt::Debug for FileStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileStore")
+            .field("agent", &self.agent)
+            .field("root", &self.paths.root)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Read {
+    Missing,
+    Corrupt(String),
+    Json(Value),
+}
+
+/// The three documents, told apart for the generic read and update paths.
+trait Doc: Default {
+    const MODE: u32;
+    fn parse(v: Value, path: &Path, problems: &mut Vec<Problem>) -> Result<Self, String>;
+    fn to_json(&self) -> Value;
+}
+
+impl Doc for AuthProfiles {
+    const MODE: u32 = SECRET_MODE;
+    fn parse(v: Value, path: &Path, problems: &mut Vec<Problem>) -> Result<Self, String> {
+        AuthProfiles::from_json(v, path, problems)
+    }
+    fn to_json(&self) -> Value {
+        AuthProfiles::to_json(self)
+    }
+}
+
+impl Doc for AuthState {
+    const MODE: u32 = PLAIN_MODE;
+    fn parse(v: Value, path: &Path, problems: &mut Vec<Problem>) -> Result<Self, String> {
+        AuthState::from_json(v, path, problems)
+    }
+    fn to_json(&self) -> Value {
+        AuthState::to_json(self)
+    }
+}
+
+impl Doc for SessionStore {
+    const MODE: u32 = PLAIN_MODE;
+    fn parse(v: Value, path: &Path, problems: &mut Vec<Problem>) -> Result<Self, String> {
+        SessionStore::from_json(v, path, problems)
+    }
+    fn to_json(&self) -> Value {
+        SessionStore::to_json(self)
+    }
+}
+
+fn read_json(path: &Path) -> Result<Read, StoreError> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Read::Missing),
+        Err(e) => return Err(StoreError::io("read", path, &e)),
+    };
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Read::Corrupt("the file is empty".into()));
+    }
+    // serde_json's syntax errors give a position, never the text.
+    match serde_json::from_slice(&bytes) {
+        Ok(v) => Ok(Read::Json(v)),
+        Err(e) => Ok(Read::Corrupt(format!("not valid JSON: {e}"))),
+    }
+}
+
+impl FileStore {
+    /// The store of `agent_id` under `root`. Nothing is created until the
+    /// first update.
+    pub fn open(root: impl AsRef<Path>, agent_id: &str) -> Result<Self, StoreError> {
+        let ok = !agent_id.is_empty()
+            && agent_id != "."
+            && agent_id != ".."
+            && agent_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !ok {
+            return Err(StoreError::InvalidAgentId(agent_id.into()));
+        }
+        Ok(FileStore {
+            agent: agent_id.into(),
+            paths: StatePaths::new(root.as_ref(), agent_id),
+            clock: Arc::new(SystemClock),
+            problems: Mutex::new(Vec::new()),
+            reported: Mutex::new(Vec::new()),
+            fault: None,
+        })
+    }
+
+    /// Uses `clock` for the names of quarantined files.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Crash tests: every write of this store stops as `plan` says.
+    #[doc(hidden)]
+    pub fn with_fault(mut self, plan: FaultPlan) -> Self {
+        self.fault = Some(plan);
+        self
+    }
+
+    pub fn paths(&self) -> &StatePaths {
+        &self.paths
+    }
+
+    fn report(&self, new: Vec<Problem>) {
+        if new.is_empty() {
+            return;
+        }
+        let reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pending = self.problems.lock().unwrap_or_else(|e| e.into_inner());
+        for p in new {
+            if !reported.contains(&p) && !pending.contains(&p) {
+                pending.push(p);
+            }
+        }
+    }
+
+    /// Reads a document without a lock; damage is reported, not fatal.
+    fn read_doc<T: Doc>(&self, path: &Path) -> Result<Option<T>, StoreError> {
+        let mut problems = Vec::new();
+        let out = match read_json(path)? {
+            Read::Missing => None,
+            Read::Corrupt(detail) => {
+                problems.push(Problem::Corrupt {
+                    path: path.into(),
+                    detail,
+                    moved_to: None,
+                });
+                Some(T::default())
+            }
+            Read::Json(v) => Some(T::parse(v, path, &mut problems).unwrap_or_else(|detail| {
+                problems.push(Problem::Corrupt {
+                    path: path.into(),
+                    detail,
+                    moved_to: None,
+                });
+                T::default()
+            })),
+        };
+        self.report(problems);
+        Ok(out)
+    }
+
+    /// Moves a damaged file aside to `<file>.corrupt-<ms>`.
+    fn quarantine(&self, path: &Path, detail: String) -> Result<(), StoreError> {
+        let stamp = self.clock.now_ms();
+        let mut target = PathBuf::from(format!("{}.corrupt-{stamp}", path.display()));
+        let mut n = 1;
+        while target.exists() {
+            target = PathBuf::from(format!("{}.corrupt-{stamp}-{n}", path.display()));
+            n += 1;
+        }
+        fs::rename(path, &target).map_err(|e| StoreError::io("move aside", path, &e))?;
+        self.report(vec![Problem::Corrupt {
+            path: path.into(),
+            detail,
+            moved_to: Some(target),
+        }]);
+        Ok(())
+    }
+
+    /// Read-modify-write of one document under its lock.
+    fn update_doc<T: Doc>(
+        &self,
+        path: &Path,
+        initial: impl FnOnce(&Self) -> Result<T, StoreError>,
+        f: &mut dyn FnMut(&mut T),
+    ) -> Result<(), StoreError> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        create_private_dir(dir).map_err(|e| StoreError::io("create directory", dir, &e))?;
+        let lock = lock_path(path);
+        let _guard = FileLock::acquire(&lock).map_err(|e| StoreError::io("lock", &lock, &e))?;
+        remove_stale_temps(path);
+        let mut problems = Vec::new();
+        let (mut doc, before) = match read_json(path)? {
+            Read::Missing => (initial(self)?, None),
+            Read::Corrupt(detail) => {
+                self.quarantine(path, detail)?;
+                (T::default(), None)
+            }
+            Read::Json(v) => match T::parse(v, path, &mut problems) {
+                Ok(doc) => {
+                    let before = doc.to_json();
+                    (doc, Some(before))
+                }
+                Err(detail) => {
+                    self.quarantine(path, detail)?;
+                    (T::default(), None)
+                }
+            },
+        };
+        self.report(problems);
+        f(&mut doc);
+        let after = doc.to_json();
+        if before.as_ref() == Some(&after) {
+            return Ok(());
+        }
+        let mut bytes = serde_json::to_vec_pretty(&after).expect("JSON serialises");
+        bytes.push(b'\n');
+        write_atomic_with(path, &bytes, T::MODE, self.fault)
+            .map_err(|e| StoreError::io("write", path, &e))
+    }
+
+    /// Secrets when `auth-profiles.json` does not exist: the legacy file,
+    /// else the legacy OAuth logins, else nothing.
+    fn initial_profiles(&self) -> Result<AuthProfiles, StoreError> {
+        if let Some(legacy) = &self.paths.legacy_profiles {
+            if let Some(p) = self.read_doc::<AuthProfiles>(legacy)? {
+                return Ok(p);
+            }
+        }
+        let mut profiles = AuthProfiles::default();
+        match read_json(&self.paths.legacy_oauth)? {
+            Read::Missing => {}
+            Read::Corrupt(detail) => self.report(vec![Problem::Corrupt {
+                path: self.paths.legacy_oauth.clone(),
+                detail,
+                moved_to: None,
+            }]),
+            Read::Json(v) => {
+                let mut problems = Vec::new();
+                profiles.import_legacy_oauth(&v, &self.paths.legacy_oauth, &mut problems);
+                self.report(problems);
+            }
+        }
+        Ok(profiles)
+    }
+
+    /// Routing state when `auth-state.json` does not exist: what old builds
+    /// kept inside the secrets file.
+    fn initial_state(&self) -> Result<AuthState, StoreError> {
+        let profiles = self.load_profiles()?;
+        let mut problems = Vec::new();
+        let state = profiles
+            .legacy_state(&self.paths.profiles, &mut problems)
+            .unwrap_or_default();
+        self.report(problems);
+        Ok(state)
+    }
+}
+
+impl Store for FileStore {
+    fn agent_id(&self) -> &str {
+        &self.agent
+    }
+
+    fn load_profiles(&self) -> Result<AuthProfiles, StoreError> {
+        match self.read_doc(&self.paths.profiles)? {
+            Some(p) => Ok(p),
+            None => self.initial_profiles(),
+        }
+    }
+
+    fn load_state(&self) -> Result<AuthState, StoreError> {
+        match self.read_doc(&self.paths.state)? {
+            Some(s) => Ok(s),
+            None => self.initial_state(),
+        }
+    }
+
+    fn load_sessions(&self) -> Result<SessionStore, StoreError> {
+        Ok(self.read_doc(&self.paths.sessions)?.unwrap_or_default())
+    }
+
+    fn update_profiles_dyn(&self, f: &mut dyn FnMut(&mut AuthProfiles)) -> Result<(), StoreError> {
+        let path = self.paths.profiles.clone();
+        self.update_doc(&path, Self::initial_profiles, f)
+    }
+
+    fn update_state_dyn(&self, f: &mut dyn FnMut(&mut AuthState)) -> Result<(), StoreError> {
+        let path = self.paths.state.clone();
+        self.update_doc(&path, Self::initial_state, f)
+    }
+
+    fn update_sessions_dyn(&self, f: &mut dyn FnMut(&mut SessionStore)) -> Result<(), StoreError> {
+        let path = self.paths.sessions.clone();
+        self.update_doc(&path, |_| Ok(SessionStore::default()), f)
+    }
+
+    fn take_problems(&self) -> Vec<Problem> {
+        let mut pending = self.problems.lock().unwrap_or_else(|e| e.into_inner());
+        let out = std::mem::take(&mut *pending);
+        self.reported
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(out.iter().cloned());
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{ManualClock, Profile, StoreExt};
+    use serde_json::json;
+
+    fn tmp(name: &str) -> PathBuf {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        std::env::temp_dir().join(format!("failover-fs-{name}-{}-{nanos}", std::process::id()))
+    }
+
+    fn write(path: &Path, text: &str) {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, text).unwrap();
+    }
+
+    // R5.1: secrets written with mode 0600 in the agent directory.
+    #[test]
+    fn r5_1_profiles_written_private() {
+        let root = tmp("mode");
+        let store = FileStore::open(&root, "main").unwrap();
+        store
+            .update_profiles(|p| {
+                p.profiles
+                    .insert("openai:default".into(), Profile::api_key("openai", "sk-x"))
+            })
+            .unwrap();
+        let path = root.join("agents/main/agent/auth-profiles.json");
+        let v: Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        assert_eq!(v["profiles"]["openai:default"]["type"], json!("api_key"));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(
+                fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
+        }
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    // R5.1 legacy location, R5.2 legacy state inside the secrets file.
+    #[test]
+    fn r5_1_legacy_locations_are_read() {
+        let root = tmp("legacy");
+        write(
+            &root.join("agent/auth-profiles.json"),
+            r#"{"profiles": {"openai:default": {"type": "api_key", "provider": "openai", "key": "k"}},
+                "usageStats": {"openai:default": {"errorCount": 2, "lastUsed": 7}}}"#,
+        );
+        let store = FileStore::open(&root, "main").unwrap();
+        assert!(store
+            .load_profiles()
+            .unwrap()
+            .profiles
+            .contains_key("openai:default"));
+        assert_eq!(
+            store.load_state().unwrap().usage_stats["openai:default"].error_count,
+            2
+        );
+        // Another agent does not inherit the legacy secrets.
+        let other = FileStore::open(&root, "ops").unwrap();
+        assert!(other.load_profiles().unwrap().profiles.is_empty());
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    // R5.4: legacy OAuth logins are imported on first use and persisted.
+    #[test]
+    fn r5_4_legacy_oauth_imported_on_first_write() {
+        let root = tmp("oauth");
+        write(
+            &root.join("credentials/oauth.json"),
+            r#"{"anthropic": {"access": "a", "refresh": "r", "expires": 1, "email": "me@x.io"}}"#,
+        );
+        let store = FileStore::open(&root, "main").unwrap();
+        assert!(store
+            .load_profiles()
+            .unwrap()
+            .profiles
+            .contains_key("anthropic:me@x.io"));
+        store.update_profiles(|_| ()).unwrap();
+        let text = fs::read_to_string(root.join("agents/main/agent/auth-profiles.json")).unwrap();
+        assert!(text.contains("anthropic:me@x.io"));
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    // Corrupt file: reported with its path, moved aside on the next update
+    // (never overwritten), and the store keeps working.
+    #[test]
+    fn corrupt_file_is_reported_then_moved_aside() {
+        let root = tmp("corrupt");
+        let store = FileStore::open(&root, "main")
+            .unwrap()
+            .with_clock(Arc::new(ManualClock::new(1234)));
+        let path = store.paths().state.clone();
+        write(&path, "{\"usageStats\": {\"a:b\": {\"errorCount\": 3");
+        let s = store.load_state().unwrap();
+        assert!(s.usage_stats.is_empty());
+        let problems = store.take_problems();
+        assert_eq!(problems.len(), 1);
+        let msg = problems[0].to_string();
+        assert!(
+            msg.contains("auth-state.json` is corrupt (not valid JSON: EOF while parsing"),
+            "{msg}"
+        );
+        // Reported once.
+        store.load_state().unwrap();
+        assert!(store.take_problems().is_empty());
+
+        store
+            .update_state(|s| s.stats_mut("a:b").error_count = 1)
+            .unwrap();
+        let aside = PathBuf::from(format!("{}.corrupt-1234", path.display()));
+        assert!(fs::read_to_string(&aside)
+            .unwrap()
+            .contains("errorCount\": 3"));
+        let msg = store.take_problems()[0].to_string();
+        assert!(
+            msg.contains("was corrupt") && msg.contains(".corrupt-1234`"),
+            "{msg}"
+        );
+        assert_eq!(
+            store.load_state().unwrap().usage_stats["a:b"].error_count,
+            1
+        );
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn unchanged_document_is_not_rewritten() {
+        let root = tmp("unchanged");
+        let store = FileStore::open(&root, "main").unwrap();
+        store
+            .update_state(|s| s.stats_mut("a:b").error_count = 1)
+            .unwrap();
+        let path = store.paths().state.clone();
+        let first = fs::metadata(&path).unwrap();
+        store.update_state(|_| ()).unwrap();
+        #[cfg(unix)]
+        {
+            // A rewrite would have renamed a new inode into place.
+            use std::os::unix::fs::MetadataExt;
+            assert_eq!(fs::metadata(&path).unwrap().ino(), first.ino());
+        }
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn rejects_path_like_agent_ids() {
+        for bad in ["", "..", "a/b", "a b"] {
+            let e = FileStore::open("/tmp", bad).unwrap_err().to_string();
+            assert!(e.starts_with("invalid agent id `"), "{e}");
+        }
+    }
+}

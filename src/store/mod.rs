@@ -1,0 +1,211 @@
+//! Durable state: secrets, routing state and session overrides (SPEC R5,
+//! R11.1; DESIGN "State").
+//!
+//! Three documents per agent, laid out as the original system lays them:
+//!
+//! ```text
+//! <state>/agents/<agentId>/agent/auth-profiles.json   secrets (0600)      profiles.rs
+//! <state>/agents/<agentId>/agent/auth-state.json      routing state       state.rs
+//! <state>/agents/<agentId>/sessions/sessions.json     session overrides   sessions.rs
+//! <state>/agent/auth-profiles.json                    legacy secrets (agent `main`, read only)
+//! <state>/credentials/oauth.json                      legacy OAuth logins (imported, R5.4)
+//! ```
+//!
+//! Everything goes through the [`Store`] trait so a shared backend (Redis,
+//! a database) can replace the files without touching the executor. A store
+//! offers whole-document loads and read-modify-write updates: the caller
+//! passes a closure that edits the document, and the store makes the edit
+//! atomic with respect to every other writer. [`FileStore`] does that with
+//! an advisory lock on a sidecar `.lock` file and crash-safe replacement
+//! (temporary file, `fsync`, rename, directory `fsync`; see `atomic.rs`).
+//!
+//! Damage is reported, never fatal. A file that is not JSON (truncated by a
+//! full disk, edited by hand) is reported as a [`Problem`] with its path;
+//! reads carry on as if it were empty, and the next update under the lock
+//! moves it aside to `<file>.corrupt-<ms>` before writing — so a damaged
+//! secrets file is never silently overwritten. A single bad entry (an
+//! unknown credential type, a malformed `usageStats` record) is reported
+//! and skipped while the rest of the file is used. Problems collect in the
+//! store until [`Store::take_problems`] drains them.
+//!
+//! Worked example:
+//!
+//! ```
+//! use failover::store::{FileStore, Store, StoreExt};
+//! let dir = std::env::temp_dir().join(format!("failover-doc-{}", std::process::id()));
+//! let store = FileStore::open(&dir, "main").unwrap();
+//! let n = store
+//!     .update_state(|s| {
+//!         let st = s.stats_mut("openai:default");
+//!         st.error_count += 1;
+//!         st.error_count
+//!     })
+//!     .unwrap();
+//! assert_eq!(n, 1);
+//! assert_eq!(store.load_state().unwrap().usage_stats["openai:default"].error_count, 1);
+//! # std::fs::remove_dir_all(&dir).unwrap();
+//! ```
+
+mod atomic;
+mod clock;
+mod file;
+mod json;
+mod profiles;
+mod secret;
+mod sessions;
+mod state;
+
+use std::fmt;
+use std::path::PathBuf;
+
+pub use atomic::{create_private_dir, lock_path, write_atomic, FileLock};
+#[doc(hidden)]
+pub use atomic::{remove_stale_temps, write_atomic_with, FaultAction, FaultPlan, WriteFault};
+pub use clock::{
+    format_span, format_utc, Clock, ManualClock, SystemClock, DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS,
+};
+pub use file::{FileStore, StatePaths, DEFAULT_AGENT};
+pub use profiles::{
+    normalize_provider, provider_of_id, AuthProfiles, Credential, CredentialKind, Extra, Profile,
+    SecretRef, Unusable, PROFILES_VERSION,
+};
+pub use secret::Secret;
+pub use sessions::{OverrideFields, OverrideSource, SessionEntry, SessionStore};
+pub use state::{AuthState, UsageStats, STATE_VERSION};
+
+use crate::syntax::display_name;
+
+/// A failure to read or write the state (the disk, permissions). Damaged
+/// contents are [`Problem`]s instead.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot {op} `{path}`: {detail}")]
+    Io {
+        op: &'static str,
+        path: String,
+        detail: String,
+    },
+    #[error("invalid agent id `{0}`: use letters, digits, `-`, `_` or `.`")]
+    InvalidAgentId(String),
+}
+
+impl StoreError {
+    pub(crate) fn io(op: &'static str, path: &std::path::Path, e: &std::io::Error) -> Self {
+        StoreError::Io {
+            op,
+            path: display_name(path),
+            detail: crate::load::plain_io(e),
+        }
+    }
+}
+
+/// Damage found in a state file. The store keeps working around it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// The file is not JSON, or not the document it should be.
+    Corrupt {
+        path: PathBuf,
+        detail: String,
+        /// Where it was moved aside, once an update did so.
+        moved_to: Option<PathBuf>,
+    },
+    /// One entry of an otherwise good file was skipped.
+    InvalidEntry {
+        path: PathBuf,
+        /// `profile`, `session`, `usage stats of`, `field`, …
+        what: &'static str,
+        key: String,
+        detail: String,
+    },
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::Corrupt {
+                path,
+                detail,
+                moved_to: None,
+            } => write!(
+                f,
+                "`{}` is corrupt ({detail}); ignoring it until the next write moves it aside",
+                display_name(path)
+            ),
+            Problem::Corrupt {
+                path,
+                detail,
+                moved_to: Some(to),
+            } => write!(
+                f,
+                "`{}` was corrupt ({detail}); moved it aside to `{}`",
+                display_name(path),
+                display_name(to)
+            ),
+            Problem::InvalidEntry {
+                path,
+                what,
+                key,
+                detail,
+            } => write!(
+                f,
+                "`{}`: {what} `{key}` ignored: {detail}",
+                display_name(path)
+            ),
+        }
+    }
+}
+
+/// Durable state of one agent. See the module documentation.
+///
+/// Update closures may run more than once (a backend with optimistic
+/// concurrency retries on conflict), so they must only edit the document
+/// they are given.
+pub trait Store: Send + Sync {
+    fn agent_id(&self) -> &str;
+    fn load_profiles(&self) -> Result<AuthProfiles, StoreError>;
+    fn load_state(&self) -> Result<AuthState, StoreError>;
+    fn load_sessions(&self) -> Result<SessionStore, StoreError>;
+    fn update_profiles_dyn(&self, f: &mut dyn FnMut(&mut AuthProfiles)) -> Result<(), StoreError>;
+    fn update_state_dyn(&self, f: &mut dyn FnMut(&mut AuthState)) -> Result<(), StoreError>;
+    fn update_sessions_dyn(&self, f: &mut dyn FnMut(&mut SessionStore)) -> Result<(), StoreError>;
+    /// Problems found since the last call (each reported once).
+    fn take_problems(&self) -> Vec<Problem>;
+}
+
+/// Closure-returning forms of the [`Store`] updates.
+pub trait StoreExt: Store {
+    fn update_profiles<R>(
+        &self,
+        mut f: impl FnMut(&mut AuthProfiles) -> R,
+    ) -> Result<R, StoreError> {
+        let mut out = None;
+        self.update_profiles_dyn(&mut |d| out = Some(f(d)))?;
+        Ok(out.expect("update ran the closure"))
+    }
+
+    fn update_state<R>(&self, mut f: impl FnMut(&mut AuthState) -> R) -> Result<R, StoreError> {
+        let mut out = None;
+        self.update_state_dyn(&mut |d| out = Some(f(d)))?;
+        Ok(out.expect("update ran the closure"))
+    }
+
+    fn update_sessions<R>(
+        &self,
+        mut f: impl FnMut(&mut SessionStore) -> R,
+    ) -> Result<R, StoreError> {
+        let mut out = None;
+        self.update_sessions_dyn(&mut |d| out = Some(f(d)))?;
+        Ok(out.expect("update ran the closure"))
+    }
+
+    /// Edits one session entry (created if missing).
+    fn update_session<R>(
+        &self,
+        key: &str,
+        mut f: impl FnMut(&mut SessionEntry) -> R,
+    ) -> Result<R, StoreError> {
+        self.update_sessions(|s| f(s.entry_mut(key)))
+    }
+}
+
+impl<S: Store + ?Sized> StoreExt for S {}

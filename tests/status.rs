@@ -1,0 +1,118 @@
+//! `failover status` over the fixture state directory `tests/fixtures/state`
+//! (SPEC R5 layout, fake secrets), evaluated at a fixed instant.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// 2026-01-01T00:00:00Z, the fixture's reference instant.
+const NOW: &str = "1767225600000";
+
+fn status(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_failover"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["status", "--state", "tests/fixtures/state", "--now", NOW])
+        .args(args)
+        .output()
+        .expect("run failover")
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+#[test]
+fn status_main_agent() {
+    let o = status(&[]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    insta::assert_snapshot!("status_main", text(&o));
+}
+
+#[test]
+fn status_main_agent_json() {
+    let o = status(&["--json"]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    insta::assert_snapshot!(
+        "status_main_json",
+        serde_json::to_string_pretty(&v).unwrap()
+    );
+}
+
+// Damaged files: reported with their paths, exit 1, nothing moved (status
+// is read-only).
+#[test]
+fn status_damaged_agent() {
+    let o = status(&["--agent", "ops"]);
+    assert_eq!(o.status.code(), Some(1));
+    insta::assert_snapshot!("status_ops", text(&o));
+    let state = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/state/agents/ops/agent/auth-state.json");
+    assert!(state.exists(), "status must not move files aside");
+}
+
+/// Every credential string in the fixture's secrets files.
+fn fixture_secrets() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state/agents");
+    let mut out = Vec::new();
+    for agent in ["main", "ops"] {
+        let text =
+            std::fs::read_to_string(root.join(agent).join("agent/auth-profiles.json")).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        for p in v["profiles"].as_object().unwrap().values() {
+            for field in ["key", "access", "refresh", "token"] {
+                if let Some(s) = p.get(field).and_then(Value::as_str) {
+                    out.push(s.to_string());
+                }
+            }
+        }
+    }
+    assert!(out.len() >= 8);
+    out
+}
+
+// R16.11: no secret in any output form, for either agent.
+#[test]
+fn r16_11_status_never_prints_secrets() {
+    let secrets = fixture_secrets();
+    for args in [
+        &[][..],
+        &["--json"],
+        &["--agent", "ops"],
+        &["--agent", "ops", "--json"],
+    ] {
+        let o = status(args);
+        let all = format!("{}{}", text(&o), String::from_utf8_lossy(&o.stderr));
+        for s in &secrets {
+            assert!(!all.contains(s.as_str()), "secret shown with {args:?}");
+            // Not even a long middle part of one.
+            let middle: String = s.chars().skip(4).take(12).collect();
+            assert!(
+                !all.contains(&middle),
+                "part of a secret shown with {args:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn status_usage_errors_exit_2() {
+    let o = Command::new(env!("CARGO_BIN_EXE_failover"))
+        .args(["status", "--state", "/nonexistent/failover-state"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "error: cannot read state directory `/nonexistent/failover-state`: no such file or directory\n"
+    );
+    let o = status(&["--agent", "../main"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("invalid agent id `../main`"));
+}
