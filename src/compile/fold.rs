@@ -30,7 +30,7 @@ pub fn ascii_fold(
     pattern: &str,
     flags: &str,
     nest_limit: u32,
-) -> Result<String, regex_syntax::Error> {
+) -> Result<String, String> {
     let hir = regex_syntax::ParserBuilder::new()
         .case_insensitive(true)
         .multi_line(flags.contains('m'))
@@ -38,7 +38,8 @@ pub fn ascii_fold(
         .ignore_whitespace(flags.contains('x'))
         .nest_limit(nest_limit)
         .build()
-        .parse(pattern)?;
+        .parse(pattern)
+        .map_err(|e| e.to_string())?;
     Ok(strip_upper(&hir).to_string())
 }
 

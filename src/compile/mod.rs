@@ -857,7 +857,7 @@ impl Compiler<'_> {
         let folded = match (&as_written, case_sensitive) {
             (Ok(_), false) => Some(
                 fold::ascii_fold(pattern, &flags.node, REGEX_NEST_LIMIT)
-                    .map_err(|e| regex::Error::Syntax(e.to_string()))
+                    .map_err(regex::Error::Syntax)
                     .and_then(|p| {
                         RegexBuilder::new(&p)
                             .size_limit(REGEX_SIZE_LIMIT)
