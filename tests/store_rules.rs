@@ -284,12 +284,12 @@ proptest! {
                         }
                         FailureEffect::Started(Block::Cooling { until, .. }) => {
                             prop_assert!(until > now && until - now <= HOUR_MS, "R7.4 cap");
-                            prop_assert!(before.cooldown_until.map_or(true, |u| u <= now));
+                            prop_assert!(before.cooldown_until.is_none_or(|u| u <= now));
                         }
                         FailureEffect::Started(Block::Disabled { until, reason }) => {
                             let cap = if reason.as_deref() == Some("billing") { 24 * HOUR_MS } else { HOUR_MS };
                             prop_assert!(until > now && until - now <= cap, "R8.4/R16.4 cap");
-                            prop_assert!(before.disabled_until.map_or(true, |u| u <= now));
+                            prop_assert!(before.disabled_until.is_none_or(|u| u <= now));
                         }
                     }
                 }

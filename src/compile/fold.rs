@@ -26,11 +26,7 @@ use regex_syntax::hir::{
 };
 
 /// The folded, case-sensitive equivalent of a case-insensitive pattern.
-pub fn ascii_fold(
-    pattern: &str,
-    flags: &str,
-    nest_limit: u32,
-) -> Result<String, String> {
+pub fn ascii_fold(pattern: &str, flags: &str, nest_limit: u32) -> Result<String, String> {
     let hir = regex_syntax::ParserBuilder::new()
         .case_insensitive(true)
         .multi_line(flags.contains('m'))
