@@ -94,6 +94,8 @@ pub struct Scratch {
     error_type: String,
     body_raw: String,
     candidates: Vec<RuleIdx>,
+    /// Bitset over atom pattern ids: which atoms this message contains.
+    hits: Vec<u64>,
     json: Option<Value>,
 }
 
@@ -105,6 +107,7 @@ thread_local! {
 struct View<'a> {
     text: &'a str,
     lower: &'a str,
+    hits: &'a [u64],
     status: Option<u16>,
     provider: Option<&'a str>,
     model: Option<&'a str>,
@@ -131,8 +134,8 @@ impl Engine {
     /// sources and diagnostics for rendering.
     pub fn from_build(build: Build) -> Result<Engine, (SourceMap, Vec<Diagnostic>)> {
         match build.ruleset {
-            Some(ruleset) => {
-                let plan = Plan::build(&ruleset.rules);
+            Some(mut ruleset) => {
+                let plan = Plan::build(&mut ruleset.rules);
                 Ok(Engine {
                     ruleset,
                     plan,
@@ -190,14 +193,18 @@ impl Engine {
     /// verified for every error; sorted into rule order, without duplicates.
     fn collect_candidates(
         &self,
-        view: &View,
+        lower: &str,
+        status: Option<u16>,
+        [provider, code, error_type]: [Option<&str>; 3],
         candidates: &mut Vec<RuleIdx>,
+        hits: &mut [u64],
         mut explain: Option<&mut Explanation>,
     ) {
         let plan = &self.plan;
         if let Some(ac) = &plan.atoms {
-            for m in ac.find_overlapping_iter(view.lower.as_bytes()) {
+            for m in ac.find_overlapping_iter(lower.as_bytes()) {
                 let pid = m.pattern().as_usize();
+                hits[pid / 64] |= 1u64 << (pid % 64);
                 candidates.extend_from_slice(&plan.atom_rules[pid]);
                 if let Some(ex) = explain.as_deref_mut() {
                     let atom = &plan.atom_texts[pid];
@@ -207,13 +214,13 @@ impl Engine {
                 }
             }
         }
-        if let Some(s) = view.status {
+        if let Some(s) = status {
             candidates.extend_from_slice(&plan.by_status[(s - 100) as usize]);
         }
         for (value, table) in [
-            (view.provider, &plan.by_provider),
-            (view.code, &plan.by_code),
-            (view.error_type, &plan.by_type),
+            (provider, &plan.by_provider),
+            (code, &plan.by_code),
+            (error_type, &plan.by_type),
         ] {
             if let Some(rs) = value.and_then(|v| table.get(v)) {
                 candidates.extend_from_slice(rs);
@@ -272,6 +279,7 @@ impl Engine {
             error_type,
             body_raw,
             candidates,
+            hits,
             json,
         } = scratch;
 
@@ -378,9 +386,27 @@ impl Engine {
             body_raw.make_ascii_lowercase();
         }
 
+        // 2. Candidates (the scan also records which atoms occur).
+        candidates.clear();
+        hits.clear();
+        hits.resize(self.plan.atom_count().div_ceil(64), 0);
+        if exhaustive {
+            candidates.extend(0..self.ruleset.rules.len() as RuleIdx);
+        } else {
+            self.collect_candidates(
+                lower,
+                status,
+                [provider_l, code_l, type_l],
+                candidates,
+                hits,
+                explain.as_deref_mut(),
+            );
+        }
+
         let view = View {
             text: message,
             lower,
+            hits: if exhaustive { &[] } else { hits },
             status,
             provider: provider_l,
             model: model_l,
@@ -389,14 +415,6 @@ impl Engine {
             body_raw: has_body_raw.then_some(body_raw.as_str()),
             body_json,
         };
-
-        // 2. Candidates.
-        candidates.clear();
-        if exhaustive {
-            candidates.extend(0..self.ruleset.rules.len() as RuleIdx);
-        } else {
-            self.collect_candidates(&view, candidates, explain.as_deref_mut());
-        }
 
         // 3. Verify in rule order.
         let mut winner = None;
@@ -463,7 +481,10 @@ fn eval(expr: &Expr, v: &View) -> bool {
         Expr::Status(set) => v.status.is_some_and(|s| set.contains(s)),
         Expr::StatusEmpty => v.status.is_none(),
         Expr::Text(field, test) => match field {
-            TextField::Message => text_test(test, v.lower, v.text),
+            TextField::Message => {
+                let hits = (!v.hits.is_empty()).then_some(v.hits);
+                text_test(test, v.lower, v.text, hits)
+            }
             TextField::Provider => short_test(test, v.provider),
             TextField::Model => short_test(test, v.model),
             TextField::Code => short_test(test, v.code),
@@ -487,18 +508,19 @@ fn eval(expr: &Expr, v: &View) -> bool {
 fn short_test(test: &TextTest, value: Option<&str>) -> bool {
     match value {
         None => matches!(test, TextTest::IsEmpty),
-        Some(s) => text_test(test, s, s),
+        Some(s) => text_test(test, s, s, None),
     }
 }
 
 /// A test on a value that is not lower-cased yet (JSON body fields).
 fn owned_test(test: &TextTest, value: &str) -> bool {
     let lower = value.to_ascii_lowercase();
-    text_test(test, &lower, value)
+    text_test(test, &lower, value, None)
 }
 
 /// `lower` is the ASCII-lower-cased form of `original`.
-fn text_test(test: &TextTest, lower: &str, original: &str) -> bool {
+/// `hits`: the scan's atom bitset, for message tests only.
+fn text_test(test: &TextTest, lower: &str, original: &str, hits: Option<&[u64]>) -> bool {
     let lower_str = lower;
     let lower = lower.as_bytes();
     match test {
@@ -508,9 +530,9 @@ fn text_test(test: &TextTest, lower: &str, original: &str) -> bool {
             let t = trim(lower);
             list.iter().any(|s| t == s.as_bytes())
         }
-        TextTest::Has(l) => l.is_in(lower),
-        TextTest::HasAny(ls) => ls.iter().any(|l| l.is_in(lower)),
-        TextTest::HasAll(ls) => ls.iter().all(|l| l.is_in(lower)),
+        TextTest::Has(l) => l.occurs(lower, hits),
+        TextTest::HasAny(ls) => ls.iter().any(|l| l.occurs(lower, hits)),
+        TextTest::HasAll(ls) => ls.iter().all(|l| l.occurs(lower, hits)),
         TextTest::StartsWith(s) => trim(lower).starts_with(s.as_bytes()),
         TextTest::EndsWith(s) => trim(lower).ends_with(s.as_bytes()),
         TextTest::Matches(re) if re.on_lowercase => re.regex.is_match(lower_str),

@@ -20,7 +20,7 @@ pub struct CheckArgs {
 }
 
 pub fn run(args: &CheckArgs) -> CmdResult {
-    let build = load::build(&args.rules.dirs, !args.rules.no_defaults)?;
+    let mut build = load::build(&args.rules.dirs, !args.rules.no_defaults)?;
     let errors = build.diagnostics.iter().filter(|d| d.is_error()).count();
     let warnings = build.diagnostics.len() - errors;
     if build.diagnostics.is_empty() {
@@ -41,11 +41,14 @@ pub fn run(args: &CheckArgs) -> CmdResult {
         print!("{}", render_all(&build.diagnostics, &build.sources));
     }
     if args.plan {
-        if let Some(rs) = &build.ruleset {
+        if let Some(rs) = build.ruleset.as_mut() {
             println!();
             print!(
                 "{}",
-                crate::compile::plan::render(&crate::compile::Plan::build(&rs.rules), &rs.rules)
+                crate::compile::plan::render(
+                    &crate::compile::Plan::build(&mut rs.rules),
+                    &rs.rules
+                )
             );
         }
     }

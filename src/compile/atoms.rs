@@ -47,7 +47,7 @@ const MAX_CLASS_CHARS: usize = 4;
 /// exists.
 pub fn rule_atoms(expr: &Expr) -> Option<Vec<Vec<u8>>> {
     let atoms = expr_atoms(expr)?;
-    (score(&atoms).0 >= MIN_ATOM_LEN).then_some(atoms)
+    (min_len(&atoms) >= MIN_ATOM_LEN).then_some(atoms)
 }
 
 fn expr_atoms(expr: &Expr) -> Option<Vec<Vec<u8>>> {
@@ -79,10 +79,96 @@ fn expr_atoms(expr: &Expr) -> Option<Vec<Vec<u8>>> {
     }
 }
 
-/// (shortest literal length, fewer alternatives is better).
-fn score(set: &[Vec<u8>]) -> (usize, std::cmp::Reverse<usize>) {
-    let min = set.iter().map(Vec::len).min().unwrap_or(0);
-    (min, std::cmp::Reverse(set.len()))
+/// Words so frequent in provider error texts that an atom made of one of
+/// them alone makes its rule a candidate for most messages. They are still
+/// correct atoms (any required literal is); they are just chosen last.
+const COMMON_WORDS: &[&str] = &[
+    "a",
+    "an",
+    "and",
+    "as",
+    "at",
+    "be",
+    "by",
+    "for",
+    "if",
+    "in",
+    "is",
+    "it",
+    "no",
+    "of",
+    "on",
+    "or",
+    "org",
+    "to",
+    "account",
+    "again",
+    "api",
+    "code",
+    "credits",
+    "deleted",
+    "disabled",
+    "error",
+    "errors",
+    "exceed",
+    "exceeded",
+    "expired",
+    "failed",
+    "found",
+    "http",
+    "https",
+    "internal",
+    "invalid",
+    "key",
+    "limit",
+    "message",
+    "model",
+    "not found",
+    "please",
+    "provider",
+    "reached",
+    "request",
+    "requests",
+    "reset",
+    "response",
+    "revoked",
+    "server",
+    "service",
+    "status",
+    "stream",
+    "the",
+    "time",
+    "token",
+    "top",
+    "try",
+    "upstream",
+    "usage",
+    "your",
+];
+
+/// How selective one atom is: the length of its text without surrounding
+/// spaces and punctuation, or 1 for a common word.
+fn selectivity(atom: &[u8]) -> usize {
+    let word = std::str::from_utf8(atom)
+        .unwrap_or("")
+        .trim_matches(|c: char| !c.is_alphanumeric());
+    if COMMON_WORDS.contains(&word) {
+        1
+    } else {
+        word.len().max(1)
+    }
+}
+
+/// Which atom set to prefer: the one whose least selective atom is most
+/// selective, then the one whose shortest atom is longest, then fewer
+/// alternatives.
+fn score(set: &[Vec<u8>]) -> (usize, usize, std::cmp::Reverse<usize>) {
+    let sel = set.iter().map(|a| selectivity(a)).min().unwrap_or(0);
+    (sel, min_len(set), std::cmp::Reverse(set.len()))
+}
+
+fn min_len(set: &[Vec<u8>]) -> usize {
+    set.iter().map(Vec::len).min().unwrap_or(0)
 }
 
 fn dedup(set: &mut Vec<Vec<u8>>) {
@@ -108,6 +194,15 @@ fn usable(mut set: Vec<Vec<u8>>) -> Option<Vec<Vec<u8>>> {
     }
     dedup(&mut set);
     Some(set)
+}
+
+/// A single literal as an atom, if it can be one (long enough, and
+/// matchable on ASCII-lower-cased text).
+pub fn usable_atom(lit: &[u8]) -> Option<Vec<u8>> {
+    if lit.len() < MIN_ATOM_LEN {
+        return None;
+    }
+    usable(vec![lit.to_vec()]).and_then(|mut v| v.pop())
 }
 
 /// Atoms of a regex as written (the flags that change parsing applied).
@@ -305,6 +400,7 @@ impl Key {
             Key::Provider(_) => 5,
             Key::Type(_) | Key::Code(_) => 4,
             Key::Atoms(a) if score(a).0 >= 6 => 3,
+            Key::Atoms(a) if score(a).0 == 1 => 1,
             Key::Atoms(_) => 2,
             Key::Status(_) => 1,
         }

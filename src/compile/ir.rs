@@ -83,17 +83,36 @@ pub enum TextTest {
 }
 
 /// A lower-cased literal with a prebuilt substring searcher.
+///
+/// A message literal that is also a pattern of the atom automaton carries
+/// its pattern id: the scan already found whether it occurs, so verifying
+/// `has "…"` is one bit test instead of a second search.
 #[derive(Clone, Debug)]
 pub struct Literal {
     pub text: String,
     finder: memmem::Finder<'static>,
+    pub(crate) atom: Option<u32>,
 }
 
 impl Literal {
     pub fn new(text: &str) -> Self {
         let text = text.to_ascii_lowercase();
         let finder = memmem::Finder::new(text.as_bytes()).into_owned();
-        Literal { text, finder }
+        Literal {
+            text,
+            finder,
+            atom: None,
+        }
+    }
+
+    /// Whether the literal occurs, using the scan's hits when it was part
+    /// of the scan (`hits` is a bitset over atom pattern ids).
+    #[inline]
+    pub fn occurs(&self, haystack_lower: &[u8], hits: Option<&[u64]>) -> bool {
+        match (self.atom, hits) {
+            (Some(id), Some(h)) => h[(id / 64) as usize] & (1u64 << (id % 64)) != 0,
+            _ => self.is_in(haystack_lower),
+        }
     }
 
     /// Whether the literal occurs in an already lower-cased haystack.

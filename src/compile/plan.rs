@@ -18,8 +18,8 @@ use std::collections::HashMap;
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 
-use super::atoms::{route_keys, Key};
-use super::ir::Rule;
+use super::atoms::{route_keys, usable_atom, Key};
+use super::ir::{Expr, Rule, TextField, TextTest};
 
 /// Index of a rule in the ruleset (precedence order).
 pub type RuleIdx = u32;
@@ -43,7 +43,9 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub fn build(rules: &[Rule]) -> Plan {
+    /// Builds the plan and gives every usable message literal of every
+    /// rule its pattern id in the automaton (see [`super::ir::Literal`]).
+    pub fn build(rules: &mut [Rule]) -> Plan {
         let mut pattern_ids: HashMap<Vec<u8>, usize> = HashMap::new();
         let mut patterns: Vec<Vec<u8>> = Vec::new();
         let mut atom_rules: Vec<Vec<RuleIdx>> = Vec::new();
@@ -92,6 +94,21 @@ impl Plan {
             routes.push(keys);
         }
 
+        // Every message literal becomes a pattern too, so `has` tests read
+        // the scan's hits. Patterns that route no rule just set their bit.
+        for rule in rules.iter_mut() {
+            visit_literals(&mut rule.cond, &mut |lit| {
+                if let Some(atom) = usable_atom(lit.text.as_bytes()) {
+                    let pid = *pattern_ids.entry(atom.clone()).or_insert_with(|| {
+                        patterns.push(atom);
+                        atom_rules.push(Vec::new());
+                        patterns.len() - 1
+                    });
+                    lit.atom = Some(pid as u32);
+                }
+            });
+        }
+
         let atoms = (!patterns.is_empty()).then(|| {
             AhoCorasick::builder()
                 .match_kind(MatchKind::Standard)
@@ -125,8 +142,25 @@ impl Plan {
         self.atom_texts.len()
     }
 
+    /// The atom texts, in pattern order.
+    pub fn atom_texts(&self) -> &[String] {
+        &self.atom_texts
+    }
+
     pub fn always_count(&self) -> usize {
         self.always.len()
+    }
+}
+
+fn visit_literals(expr: &mut Expr, f: &mut impl FnMut(&mut super::ir::Literal)) {
+    match expr {
+        Expr::And(parts) | Expr::Or(parts) => parts.iter_mut().for_each(|p| visit_literals(p, f)),
+        Expr::Not(inner) => visit_literals(inner, f),
+        Expr::Text(TextField::Message, TextTest::Has(l)) => f(l),
+        Expr::Text(TextField::Message, TextTest::HasAny(ls) | TextTest::HasAll(ls)) => {
+            ls.iter_mut().for_each(f)
+        }
+        _ => {}
     }
 }
 
