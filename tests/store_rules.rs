@@ -30,9 +30,11 @@ fn temp_root(name: &str) -> PathBuf {
     d
 }
 
+/// The default ruleset, compiled once for the whole test binary.
+static ENGINE: std::sync::LazyLock<Engine> = std::sync::LazyLock::new(Engine::builtin);
+
 fn behaviour(name: &str) -> ReasonBehaviour {
-    let engine = Engine::builtin();
-    let rs = engine.ruleset();
+    let rs = ENGINE.ruleset();
     let id = rs
         .reason_id(name)
         .unwrap_or_else(|| panic!("reason `{name}` declared"));
