@@ -1,6 +1,7 @@
 //! Classification throughput (messages/s) with the default rules, against
-//! the exhaustive baseline (every rule verified in order, no automaton) in
-//! the same run; scaling with +1,000 and +10,000 operator rules; compile
+//! two baselines in the same run: naive (every rule's patterns as
+//! case-insensitive regexes, tried rule by rule, `support/naive.rs`) and
+//! exhaustive (this engine's verifiers on every rule, no automaton); scaling with +1,000 and +10,000 operator rules; compile
 //! time. Results and analysis: `benches/README.md`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -10,6 +11,8 @@ use failover::Engine;
 
 #[path = "support/corpus.rs"]
 mod corpus;
+#[path = "support/naive.rs"]
+mod naive;
 
 const CORPUS: usize = 10_000;
 
@@ -52,6 +55,21 @@ fn classify(c: &mut Criterion) {
                 })
             },
         );
+        if extra == 0 {
+            let naive = naive::Naive::new(engine.ruleset());
+            group.bench_with_input(
+                BenchmarkId::new("naive-regex-baseline", &label),
+                &samples,
+                |b, samples| {
+                    b.iter(|| {
+                        samples
+                            .iter()
+                            .filter_map(|s| naive.classify(s))
+                            .sum::<usize>()
+                    })
+                },
+            );
+        }
         if extra <= 1_000 {
             group.bench_with_input(
                 BenchmarkId::new("exhaustive-baseline", &label),

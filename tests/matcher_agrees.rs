@@ -45,3 +45,29 @@ fn fast_path_agrees_with_many_operator_rules() {
     let engine = Engine::from_build(build).expect("rules compile");
     check(&engine, &corpus::corpus(5_000, 11));
 }
+
+#[path = "../benches/support/naive.rs"]
+mod naive;
+
+/// The naive baseline of the benchmarks decides the same reasons as the
+/// engine on plain-message inputs (so the comparison is apples to apples).
+#[test]
+fn naive_baseline_agrees_on_plain_messages() {
+    let engine = Engine::builtin();
+    let naive = naive::Naive::new(engine.ruleset());
+    let mut compared = 0;
+    for s in corpus::corpus(5_000, 3) {
+        // The naive baseline does not read JSON bodies; skip those inputs.
+        if s.message.contains('{') {
+            continue;
+        }
+        let fast = engine.classify(&s.as_error());
+        let want = naive
+            .classify(&s)
+            .map(|r| engine.ruleset().reasons[r].name.as_str())
+            .unwrap_or("unclassified");
+        assert_eq!(fast.reason, want, "on {s:?}");
+        compared += 1;
+    }
+    assert!(compared > 4_000);
+}
