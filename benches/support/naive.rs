@@ -124,7 +124,7 @@ impl Naive {
     }
 }
 
-fn field<'a>(s: &'a Sample, f: Field) -> Option<&'a str> {
+fn field(s: &Sample, f: Field) -> Option<&str> {
     match f {
         Field::Provider => s.provider.as_deref(),
         Field::Code => s.code.as_deref(),
