@@ -452,9 +452,18 @@ fn json_start(s: &str) -> Option<&str> {
     memchr::memchr(b'{', t.as_bytes()).map(|i| &t[i..])
 }
 
+/// A JSON object (`{…}`) or an array of objects (`[{…}]`, Google's
+/// shape). Texts like `[1305][busy]` or `[trace_id=…]` are not tried:
+/// a failed parse costs an allocation.
 fn looks_like_json(s: &str) -> bool {
-    let t = s.trim_start();
-    t.starts_with('{') || t.starts_with('[')
+    let t = s.trim();
+    if t.starts_with('{') {
+        t.ends_with('}')
+    } else if let Some(rest) = t.strip_prefix('[') {
+        rest.trim_start().starts_with('{') && t.ends_with(']')
+    } else {
+        false
+    }
 }
 
 fn parse_json_text<'j>(t: &str, slot: &'j mut Option<Value>) -> Option<&'j Value> {
