@@ -69,9 +69,6 @@ pub struct ClassifyArgs {
 const SUMMARY_MIN_LINES: u64 = 1000;
 /// Progress appears on a terminal once a stream has run this long.
 const PROGRESS_AFTER: Duration = Duration::from_secs(2);
-/// A line buffer grown past this by one huge line is given back, so memory
-/// stays flat over long streams.
-const KEEP_BUFFER_BYTES: usize = 1 << 20;
 
 pub fn run(args: &ClassifyArgs) -> CmdResult {
     let engine = match load_engine(&args.rules)? {
@@ -101,15 +98,24 @@ pub fn run(args: &ClassifyArgs) -> CmdResult {
             ))
         })?),
     };
-    let stdout = io::stdout().lock();
-    let stats = classify_stream(
+    let stdout = io::stdout();
+    let stats = match classify_stream(
         &engine,
         BufReader::with_capacity(1 << 16, reader),
         stdout,
         args.explain,
         progress_sink(args),
-    )
-    .map_err(|e| UsageError(format!("cannot write output: {}", plain_io(&e))))?;
+    ) {
+        Ok(stats) => stats,
+        // The reader of our output went away (`| head`): stop quietly.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(0),
+        Err(e) => {
+            return Err(UsageError(format!(
+                "cannot read input or write output: {}",
+                plain_io(&e)
+            )))
+        }
+    };
     if !args.quiet && (args.summary || stats.lines >= SUMMARY_MIN_LINES) {
         eprint!("{}", stats.render(&engine));
     }
@@ -347,82 +353,197 @@ impl StreamStats {
     }
 }
 
-/// Classifies a JSONL stream, writing one line per input line.
-pub fn classify_stream<R: BufRead, W: Write, P: Write>(
+/// Input is cut into chunks of whole lines of about this size; workers
+/// classify chunks in parallel and the writer puts them back in order.
+const CHUNK_BYTES: usize = 256 << 10;
+
+/// One chunk of input lines.
+struct Chunk {
+    seq: u64,
+    /// Line number of the chunk's first line (1-based).
+    first_line: u64,
+    bytes: Vec<u8>,
+}
+
+/// One chunk's output lines and counts.
+struct Classified {
+    seq: u64,
+    out: Vec<u8>,
+    lines: u64,
+    bad: u64,
+    bytes: u64,
+    per_reason: Vec<u64>,
+}
+
+/// Classifies a JSONL stream, writing one line per input line, in input
+/// order. A reader, one worker per core and a writer run as a pipeline with
+/// bounded queues, so memory stays flat whatever the input size.
+pub fn classify_stream<R: BufRead, W: Write + Send, P: Write + Send>(
     engine: &Engine,
     mut input: R,
     output: W,
     explain: bool,
     mut progress: Option<P>,
 ) -> io::Result<StreamStats> {
-    let mut out = BufWriter::with_capacity(1 << 16, output);
-    let mut stats = StreamStats {
-        per_reason: vec![0; engine.ruleset().reasons.len()],
-        ..Default::default()
-    };
-    let mut scratch = Scratch::default();
-    let mut buf: Vec<u8> = Vec::with_capacity(1 << 12);
-    let mut body_json: Option<Value> = None;
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8);
     let start = Instant::now();
-    let mut last_progress = start;
-    let mut line_no: u64 = 0;
-    loop {
-        buf.clear();
-        if input.read_until(b'\n', &mut buf)? == 0 {
-            break;
+    let (work_tx, work_rx) = std::sync::mpsc::sync_channel::<Chunk>(workers * 2);
+    let work_rx = std::sync::Mutex::new(work_rx);
+    let (done_tx, done_rx) = std::sync::mpsc::sync_channel::<Classified>(workers * 2);
+
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let done_tx = done_tx.clone();
+            let work_rx = &work_rx;
+            scope.spawn(move || {
+                let mut scratch = Scratch::default();
+                let mut body_json: Option<Value> = None;
+                loop {
+                    let job = work_rx.lock().map(|rx| rx.recv());
+                    let Ok(Ok(chunk)) = job else { break };
+                    let done =
+                        classify_chunk(engine, &chunk, explain, &mut scratch, &mut body_json);
+                    if done_tx.send(done).is_err() {
+                        break;
+                    }
+                }
+            });
         }
-        line_no += 1;
-        stats.bytes += buf.len() as u64;
-        let line = trim_line(&buf);
+        drop(done_tx);
+
+        let writer = scope.spawn(move || -> io::Result<StreamStats> {
+            let mut out = BufWriter::with_capacity(1 << 16, output);
+            let mut stats = StreamStats {
+                per_reason: vec![0; engine.ruleset().reasons.len()],
+                ..Default::default()
+            };
+            let mut pending = std::collections::BTreeMap::new();
+            let mut next = 0u64;
+            let mut last_progress = start;
+            let mut failed: Option<io::Error> = None;
+            for done in done_rx {
+                pending.insert(done.seq, done);
+                while let Some(done) = pending.remove(&next) {
+                    next += 1;
+                    stats.lines += done.lines;
+                    stats.bad += done.bad;
+                    stats.bytes += done.bytes;
+                    for (total, n) in stats.per_reason.iter_mut().zip(&done.per_reason) {
+                        *total += n;
+                    }
+                    // Keep draining after a write error so the pipeline ends.
+                    if failed.is_none() {
+                        if let Err(e) = out.write_all(&done.out) {
+                            failed = Some(e);
+                        }
+                    }
+                }
+                if let Some(p) = progress.as_mut() {
+                    let now = Instant::now();
+                    if now - start >= PROGRESS_AFTER
+                        && now - last_progress >= Duration::from_millis(250)
+                    {
+                        last_progress = now;
+                        let rate = stats.lines as f64 / (now - start).as_secs_f64();
+                        let _ =
+                            write!(p, "\r  {} lines, {:.2} M lines/s ", stats.lines, rate / 1e6);
+                        let _ = p.flush();
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            out.flush()?;
+            if let Some(p) = progress.as_mut() {
+                if Instant::now() - start >= PROGRESS_AFTER {
+                    let _ = write!(p, "\r{:60}\r", "");
+                }
+            }
+            Ok(stats)
+        });
+
+        // The reader: whole lines into chunks of about CHUNK_BYTES.
+        let read = (|| -> io::Result<()> {
+            let mut seq = 0u64;
+            let mut line_no = 1u64;
+            loop {
+                let mut bytes = Vec::with_capacity(CHUNK_BYTES + (4 << 10));
+                let first_line = line_no;
+                while bytes.len() < CHUNK_BYTES {
+                    let n = input.read_until(b'\n', &mut bytes)?;
+                    if n == 0 {
+                        break;
+                    }
+                    line_no += 1;
+                }
+                if bytes.is_empty() {
+                    return Ok(());
+                }
+                let chunk = Chunk {
+                    seq,
+                    first_line,
+                    bytes,
+                };
+                seq += 1;
+                if work_tx.send(chunk).is_err() {
+                    return Ok(());
+                }
+            }
+        })();
+        drop(work_tx);
+        let stats = writer.join().expect("the writer thread does not panic");
+        read?;
+        let mut stats = stats?;
+        stats.elapsed = start.elapsed();
+        Ok(stats)
+    })
+}
+
+/// Classifies every line of one chunk.
+fn classify_chunk(
+    engine: &Engine,
+    chunk: &Chunk,
+    explain: bool,
+    scratch: &mut Scratch,
+    body_json: &mut Option<Value>,
+) -> Classified {
+    let mut done = Classified {
+        seq: chunk.seq,
+        out: Vec::with_capacity(chunk.bytes.len() / 3),
+        lines: 0,
+        bad: 0,
+        bytes: chunk.bytes.len() as u64,
+        per_reason: vec![0; engine.ruleset().reasons.len()],
+    };
+    for (i, raw) in chunk.bytes.split_inclusive(|&b| b == b'\n').enumerate() {
+        let line = trim_line(raw);
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        stats.lines += 1;
-        match classify_line(engine, line, &mut scratch, &mut body_json, explain) {
+        done.lines += 1;
+        match classify_line(engine, line, scratch, body_json, explain) {
             Ok((reason, json)) => {
-                stats.per_reason[reason] += 1;
-                out.write_all(json.as_bytes())?;
+                done.per_reason[reason] += 1;
+                done.out.extend_from_slice(json.as_bytes());
             }
             Err(error) => {
-                stats.bad += 1;
-                serde_json::to_writer(
-                    &mut out,
-                    &ErrorLine {
-                        line: line_no,
-                        reason: None,
-                        rule: None,
-                        failover: None,
-                        error,
-                    },
-                )?;
+                done.bad += 1;
+                let line = ErrorLine {
+                    line: chunk.first_line + i as u64,
+                    reason: None,
+                    rule: None,
+                    failover: None,
+                    error,
+                };
+                serde_json::to_writer(&mut done.out, &line).expect("writing to a Vec cannot fail");
             }
         }
-        out.write_all(b"\n")?;
-        if buf.capacity() > KEEP_BUFFER_BYTES {
-            buf = Vec::with_capacity(1 << 12);
-        }
-        if let Some(p) = progress.as_mut() {
-            if stats.lines % 65_536 == 0 {
-                let now = Instant::now();
-                if now - start >= PROGRESS_AFTER
-                    && now - last_progress >= Duration::from_millis(250)
-                {
-                    last_progress = now;
-                    let rate = stats.lines as f64 / (now - start).as_secs_f64();
-                    let _ = write!(p, "\r  {} lines, {:.2} M lines/s ", stats.lines, rate / 1e6);
-                    let _ = p.flush();
-                }
-            }
-        }
+        done.out.push(b'\n');
     }
-    out.flush()?;
-    if let Some(p) = progress.as_mut() {
-        if Instant::now() - start >= PROGRESS_AFTER {
-            let _ = write!(p, "\r{:60}\r", "");
-        }
-    }
-    stats.elapsed = start.elapsed();
-    Ok(stats)
+    done
 }
 
 fn trim_line(buf: &[u8]) -> &[u8] {
@@ -623,6 +744,43 @@ mod tests {
         assert_eq!(out[1]["reason"], "overloaded");
         assert_eq!(out[2]["reason"], "timeout");
         assert!(out[3]["error"].as_str().unwrap().contains("`body`"));
+    }
+
+    #[test]
+    fn many_chunks_come_back_in_input_order_with_their_line_numbers() {
+        let mut input = String::new();
+        for i in 1..=6000u32 {
+            if i % 1000 == 0 {
+                input.push_str("{broken\n");
+            } else if i % 2 == 0 {
+                input.push_str(&format!(
+                    "{{\"message\": \"insufficient credits {}\"}}\n",
+                    "x".repeat(150)
+                ));
+            } else {
+                input.push_str(&format!(
+                    "{{\"message\": \"Too many requests {}\"}}\n",
+                    "y".repeat(150)
+                ));
+            }
+        }
+        assert!(
+            input.len() > 4 * CHUNK_BYTES,
+            "the input spans several chunks"
+        );
+        let (out, stats) = run_stream(&input);
+        assert_eq!(out.len(), 6000);
+        for (i, line) in out.iter().enumerate() {
+            let n = i as u64 + 1;
+            if n % 1000 == 0 {
+                assert_eq!(line["line"], n, "error line {n}");
+            } else if n % 2 == 0 {
+                assert_eq!(line["reason"], "billing", "line {n}");
+            } else {
+                assert_eq!(line["reason"], "rate_limit", "line {n}");
+            }
+        }
+        assert_eq!((stats.lines, stats.bad), (6000, 6));
     }
 
     #[test]
