@@ -289,28 +289,30 @@ impl Engine {
         let mut body_code = false;
         let mut type_in = err.error_type;
         let mut message = err.message.unwrap_or("");
-        let mut has_body_raw = false;
-        *json = None;
 
-        let body_json: Option<&Value> = match err.body {
-            Some(Body::Json(v)) => Some(v),
-            Some(Body::Text(t)) => {
-                body_raw.clear();
-                body_raw.push_str(t);
-                has_body_raw = true;
-                parse_json_text(t, json)
-            }
+        // The body: given as JSON, given as text, or the message itself
+        // when it is a JSON error (after an optional leading status).
+        let (body_text, given_json) = match err.body {
+            Some(Body::Json(v)) => (None, Some(v)),
+            Some(Body::Text(t)) => (Some(t), None),
             None => {
-                // A message that is (or starts with a status then) JSON is a body.
                 let after_status = input::leading_status(message).map_or(message, |(_, rest)| rest);
-                json_start(after_status).and_then(|j| parse_json_text(j, json))
+                (json_start(after_status), None)
             }
         };
-        let body_json: Option<&Value> = match (err.body, body_json) {
-            (Some(Body::Json(v)), _) => Some(v),
-            (_, Some(_)) => json.as_ref(),
-            _ => None,
-        };
+        *json = None;
+        body_raw.clear();
+        let mut has_body_raw = true;
+        match (body_text, given_json) {
+            (Some(t), _) => {
+                body_raw.push_str(t);
+                parse_json_text(t, json);
+            }
+            (None, Some(v)) => body_raw.push_str(&v.to_string()),
+            (None, None) => has_body_raw = false,
+        }
+        let body_json: Option<&Value> = given_json.or(json.as_ref());
+
         let mut composed = false;
         if let Some(v) = body_json {
             let ex = input::extract(v);
@@ -339,17 +341,10 @@ impl Engine {
                     text.push_str(part);
                 }
             }
-            if message.is_empty() && text.is_empty() && has_body_raw {
+            if text.is_empty() {
                 text.push_str(body_raw);
             }
             composed = true;
-            if has_body_raw {
-                // keep as given
-            } else if let Some(Body::Json(v)) = err.body {
-                body_raw.clear();
-                body_raw.push_str(&v.to_string());
-                has_body_raw = true;
-            }
         } else if has_body_raw && message.is_empty() {
             text.clear();
             text.push_str(body_raw);
