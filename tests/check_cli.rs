@@ -96,3 +96,13 @@ fn unreadable_file_is_a_usage_error() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("dangling.rules"), "{}", text(&o));
 }
+
+#[test]
+fn example_operator_layer_checks_and_passes_its_cases() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/operator-rules");
+    let o = failover(&["check", "--deny-warnings", "--rules", dir]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = failover(&["test", "--rules", dir]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("content_policy.flagged"), "{}", text(&o));
+}
