@@ -363,15 +363,16 @@ pub fn render_report(report: &Report) -> String {
         .unwrap_or(4)
         .max(4);
     let _ = writeln!(out);
+    let lw = report.by_rule.iter().map(|(_, l, _)| l.len()).max().unwrap_or(5).max(5);
     let _ = writeln!(
         out,
-        "{:<width$} {:<10} {:>6} {:>7} {:>13}",
+        "{:<width$} {:<lw$} {:>6} {:>7} {:>13}",
         "rule", "layer", "hits", "misses", "false alarms"
     );
     for (id, layer, t) in &report.by_rule {
         let _ = writeln!(
             out,
-            "{:<width$} {:<10} {:>6} {:>7} {:>13}",
+            "{:<width$} {:<lw$} {:>6} {:>7} {:>13}",
             id, layer, t.hits, t.misses, t.false_alarms
         );
     }
