@@ -59,6 +59,7 @@
 mod executor;
 mod memory;
 mod retry;
+pub mod scenario;
 mod time;
 mod types;
 
