@@ -397,12 +397,7 @@ impl Runner {
         let key = request.session.as_str();
         let store: &dyn Store = self.store.as_ref();
         let now0 = self.now_ms();
-        let entry = store
-            .load_sessions()?
-            .entries
-            .get(key)
-            .cloned()
-            .unwrap_or_default();
+        let entry = store.load_session(key)?.unwrap_or_default();
         let profiles = store.load_profiles()?;
         let secrets = secrets_of(&profiles);
         let selections = &self.engine.ruleset().selections;

@@ -5,7 +5,9 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use crate::store::{AuthProfiles, AuthState, Problem, SessionStore, Store, StoreError};
+use crate::store::{
+    AuthProfiles, AuthState, Problem, SessionEntry, SessionStore, Store, StoreError,
+};
 
 /// State held in memory. See the module documentation.
 #[derive(Debug, Default)]
@@ -80,5 +82,9 @@ impl Store for MemoryStore {
 
     fn take_problems(&self) -> Vec<Problem> {
         Vec::new()
+    }
+
+    fn load_session(&self, key: &str) -> Result<Option<SessionEntry>, StoreError> {
+        Ok(lock(&self.sessions).entries.get(key).cloned())
     }
 }
