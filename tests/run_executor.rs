@@ -741,3 +741,103 @@ async fn r14_2_decision_events() {
     assert!(lines[1].contains("fallbackStepFinalOutcome=\"chain_exhausted\""));
     assert!(!log.contains("SECRET"));
 }
+
+// R3.2: a heartbeat clears an auto override whose origin is no longer the
+// configured default; one whose origin still is stays.
+#[tokio::test(start_paused = true)]
+async fn r3_2_heartbeat_clears_stale_auto_override() {
+    let h = setup(BASIC, KEYS);
+    let auto = |origin_model: &str| {
+        let origin_model = origin_model.to_string();
+        move |e: &mut failover::store::SessionEntry| {
+            e.provider_override = Some("openai".into());
+            e.model_override = Some("gpt".into());
+            e.model_override_source = Some("auto".into());
+            e.model_override_fallback_origin_provider = Some("anthropic".into());
+            e.model_override_fallback_origin_model = Some(origin_model.clone());
+        }
+    };
+    h.store.update_session("s1", auto("claude-old")).unwrap();
+    let mut r = req();
+    r.heartbeat = true;
+    let s = Script::default();
+    let out = h.runner.run(&r, s.f()).await.unwrap();
+    assert_eq!(out.model_ref(), "anthropic/claude");
+    assert_eq!(h.entry("s1").model_override, None);
+
+    h.store.update_session("s2", auto("claude")).unwrap();
+    let mut r = RunRequest::session("s2");
+    r.heartbeat = true;
+    advance(MINUTE_MS).await;
+    // This process has no re-probe record for `s2`, so the origin is
+    // re-probed once; it is cooling far from expiry and is skipped. The
+    // heartbeat itself does not clear an override of the current default.
+    h.store
+        .update_state(|st| {
+            let a = st.stats_mut("anthropic:default");
+            a.cooldown_until = Some(T0 + 30 * MINUTE_MS);
+            a.cooldown_reason = Some("rate_limit".into());
+        })
+        .unwrap();
+    let out = h.runner.run(&r, s.f()).await.unwrap();
+    assert_eq!(out.model_ref(), "openai/gpt");
+    assert_eq!(h.entry("s2").model_override.as_deref(), Some("gpt"));
+}
+
+// R7.3, R10.4: a model-scoped rate limit does not block a sibling model
+// of the same profile.
+#[tokio::test(start_paused = true)]
+async fn r7_3_model_scoped_limit_spares_the_sibling() {
+    let h = setup(
+        "agents: { defaults: { model: { primary: openai/gpt, fallbacks: [openai/gpt-mini] } } }",
+        KEYS,
+    );
+    let s = Script::default().on("openai/gpt", vec![http(429, "rate limit")]);
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(
+        s.calls(),
+        vec![
+            "openai/gpt@openai:default",
+            "openai/gpt-mini@openai:default"
+        ]
+    );
+    assert!(!out.attempts[1].probe, "not blocked for the sibling at all");
+    assert_eq!(
+        h.stats("openai:default").cooldown_model.as_deref(),
+        Some("gpt")
+    );
+}
+
+// R6.4, R6.6: the session pins its profile automatically; a rate limit
+// rotates this run to the other profile but the pin is kept, so the
+// session returns to it once it recovers.
+#[tokio::test(start_paused = true)]
+async fn r6_6_auto_pin_is_a_preference() {
+    let h = setup(
+        "agents: { defaults: { model: { primary: openai/gpt, fallbacks: [] } } }",
+        &[
+            ("openai:a", "sk-oai-aaaaaaaa"),
+            ("openai:b", "sk-oai-bbbbbbbb"),
+        ],
+    );
+    let s = Script::default();
+    h.runner.run(&req(), s.f()).await.unwrap();
+    let e = h.entry("s1");
+    assert_eq!(e.auth_profile_override.as_deref(), Some("openai:a"));
+    assert_eq!(e.auth_profile_override_source.as_deref(), Some("auto"));
+
+    let s = Script::default().on("openai/gpt@openai:a", vec![http(429, "rate limit"), ok()]);
+    h.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(
+        s.calls(),
+        vec!["openai/gpt@openai:a", "openai/gpt@openai:b"]
+    );
+    assert_eq!(
+        h.entry("s1").auth_profile_override.as_deref(),
+        Some("openai:a")
+    );
+    advance(2 * MINUTE_MS).await;
+    s.clear_calls();
+    h.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(s.calls(), vec!["openai/gpt@openai:a"]);
+}

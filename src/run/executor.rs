@@ -414,6 +414,23 @@ impl Runner {
         let base = build_chain(&self.config, selections, &chain_req)?;
         let mut selected = base.requested().clone();
         let mut reprobing = false;
+        let mut entry = entry;
+        // R3.2: a heartbeat without its own model clears a direct auto
+        // override whose origin is no longer the configured default.
+        if request.heartbeat
+            && entry.model_override_source() == Some(OverrideSource::Auto)
+            && origin(&entry).is_some_and(|o| o != selected)
+        {
+            entry = store.update_session(key, |e| {
+                if e.model_override_source() == Some(OverrideSource::Auto)
+                    && origin(e).is_some_and(|o| o != selected)
+                {
+                    clear_model_override(e);
+                    clear_notice(e);
+                }
+                e.clone()
+            })?;
+        }
         if let Some(o) = session_override(&entry) {
             let use_override = match o.source {
                 PolicySource::Auto => match origin(&entry) {
@@ -864,7 +881,7 @@ impl Runner {
         let failed: Vec<AttemptRecord> = walk
             .attempts
             .iter()
-            .filter(|a| a.outcome == AttemptOutcome::Failed)
+            .filter(|a| matches!(a.outcome, AttemptOutcome::Failed | AttemptOutcome::Skipped))
             .cloned()
             .collect();
         let on_selected = cand == selected;

@@ -118,6 +118,10 @@ pub struct RunRequest {
     /// The first run after `/new`, `/reset` or `sessions.reset` (rotates
     /// the auto profile pin, R6.4).
     pub new_session: bool,
+    /// A heartbeat run without an explicit `heartbeat.model`: clears a
+    /// direct auto override whose origin is no longer the configured
+    /// default (R3.2).
+    pub heartbeat: bool,
 }
 
 impl RunRequest {
