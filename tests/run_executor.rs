@@ -841,3 +841,27 @@ async fn r6_6_auto_pin_is_a_preference() {
     h.runner.run(&req(), s.f()).await.unwrap();
     assert_eq!(s.calls(), vec!["openai/gpt@openai:a"]);
 }
+
+// R8.5: `rateLimitedProfileRotations: 0` sends a rate limit straight to the
+// next model, and the decision log says so.
+#[tokio::test(start_paused = true)]
+async fn r8_5_zero_rate_limit_rotations() {
+    let h = setup(
+        "
+agents: { defaults: { model: { primary: anthropic/claude, fallbacks: [openai/gpt] } } }
+auth: { cooldowns: { rateLimitedProfileRotations: 0 } }
+",
+        &[
+            ("anthropic:a", "sk-ant-aaaaaaaa"),
+            ("anthropic:b", "sk-ant-bbbbbbbb"),
+            ("openai:default", "sk-oai-dddddddd"),
+        ],
+    );
+    let s = Script::default().on("anthropic/claude", vec![http(429, "rate limit")]);
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(
+        s.calls(),
+        vec!["anthropic/claude@anthropic:a", "openai/gpt@openai:default"]
+    );
+    assert_eq!(out.decisions[0].to_model.as_deref(), Some("openai/gpt"));
+}

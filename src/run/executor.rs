@@ -413,7 +413,6 @@ impl Runner {
         };
         let base = build_chain(&self.config, selections, &chain_req)?;
         let mut selected = base.requested().clone();
-        let mut reprobing = false;
         let mut entry = entry;
         // R3.2: a heartbeat without its own model clears a direct auto
         // override whose origin is no longer the configured default.
@@ -434,10 +433,9 @@ impl Runner {
         if let Some(o) = session_override(&entry) {
             let use_override = match o.source {
                 PolicySource::Auto => match origin(&entry) {
-                    Some(orig) if orig == selected => {
-                        reprobing = self.take_reprobe(key, &selected, now0);
-                        !reprobing
-                    }
+                    // R11.5: due for its re-probe, the run starts on the
+                    // origin again (the override stays until it answers).
+                    Some(orig) if orig == selected => !self.take_reprobe(key, &selected, now0),
                     Some(orig) => {
                         selected = orig;
                         true
@@ -460,7 +458,6 @@ impl Runner {
         };
         let user_owned = chain.source == SelectionSource::UserOverride
             || chain.source == SelectionSource::LegacyOverride;
-        let _ = reprobing;
 
         let n = chain.candidates.len();
         let mut walk = Walk {
@@ -590,13 +587,10 @@ impl Runner {
             let mut budget: Option<RotationBudget> = None;
             for (k, profile_id) in profile_list.iter().enumerate() {
                 if k > 0 {
-                    // R8.5: a rotation budget limits same-provider retries.
+                    // R8.5: this rotation spends the last failure's budget
+                    // (checked when that failure decided to rotate).
                     if let Some(b) = budget {
-                        let u = used.entry(b).or_insert(0);
-                        if *u >= self.policy.rotations(b) {
-                            break;
-                        }
-                        *u += 1;
+                        *used.entry(b).or_insert(0) += 1;
                         let ms = self.policy.rotation_backoff_ms(b);
                         if ms > 0 {
                             self.sleeper.sleep(ms).await;
@@ -783,7 +777,10 @@ impl Runner {
                             && !behaviour.advance_model
                             && !behaviour.skip_provider
                             && (behaviour.cooldown || behaviour.disable.is_some())
-                            && k + 1 < profile_list.len();
+                            && k + 1 < profile_list.len()
+                            && behaviour.rotations.is_none_or(|b| {
+                                used.get(&b).copied().unwrap_or(0) < self.policy.rotations(b)
+                            });
                         let clean = ProviderFailure {
                             message: failure.message.as_deref().map(|t| scrub(t, &secrets)),
                             body: failure.body.as_deref().map(|t| scrub(t, &secrets)),
