@@ -373,3 +373,104 @@ pub fn notice_reason(failed: &[AttemptRecord]) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(
+        reason: Option<&str>,
+        code: Option<&str>,
+        status: Option<u16>,
+        error: &str,
+    ) -> AttemptRecord {
+        AttemptRecord {
+            provider: "p".into(),
+            model: "m".into(),
+            profile_id: None,
+            outcome: AttemptOutcome::Failed,
+            reason: reason.map(str::to_string),
+            rule: None,
+            status,
+            code: code.map(str::to_string),
+            error: Some(error.into()),
+            probe: false,
+            at_ms: 0,
+        }
+    }
+
+    // R16.10: reason, else code, else HTTP n, else the error cut to 80.
+    #[test]
+    fn r16_10_notice_reason_text() {
+        let long = "x".repeat(100);
+        assert_eq!(
+            notice_reason(&[rec(Some("rate_limit"), Some("c"), Some(429), "e")]),
+            "rate limit"
+        );
+        assert_eq!(
+            notice_reason(&[rec(None, Some("ETIMEDOUT"), Some(504), "e")]),
+            "ETIMEDOUT"
+        );
+        assert_eq!(
+            notice_reason(&[rec(None, None, Some(504), "e")]),
+            "HTTP 504"
+        );
+        assert_eq!(
+            notice_reason(&[rec(None, None, None, &long)]),
+            "x".repeat(80)
+        );
+        let two = [
+            rec(Some("auth_permanent"), None, None, "e"),
+            rec(None, None, None, "f"),
+        ];
+        assert_eq!(notice_reason(&two), "auth permanent (+1 more attempts)");
+    }
+
+    // R13.1, R13.2: the exact notice texts.
+    #[test]
+    fn r13_notice_texts() {
+        let started = Notice::FallbackStarted {
+            selected: "anthropic/a".into(),
+            active: "openai/b".into(),
+            reason: "rate limit".into(),
+        };
+        assert_eq!(
+            started.to_string(),
+            "↪️ Model Fallback: openai/b (selected anthropic/a; rate limit)"
+        );
+        let cleared = Notice::FallbackCleared {
+            selected: "anthropic/a".into(),
+            previous: "openai/b".into(),
+        };
+        assert_eq!(
+            cleared.to_string(),
+            "↪️ Model Fallback cleared: anthropic/a (was openai/b)"
+        );
+    }
+
+    // R16.9: one attempt is that error; several are listed.
+    #[test]
+    fn r16_9_summary_text() {
+        let mut s = FallbackSummaryError {
+            attempts: vec![rec(Some("rate_limit"), None, None, "slow down")],
+            soonest_cooldown_expiry: None,
+            session: "s".into(),
+            decisions: Vec::new(),
+        };
+        assert_eq!(s.to_string(), "slow down");
+        s.attempts.push(rec(None, None, None, "odd"));
+        assert_eq!(
+            s.to_string(),
+            "All models failed (2): p/m: slow down (rate_limit) | p/m: odd (unclassified)"
+        );
+    }
+
+    // R12.2: the TTL is clamped, and 0 disables it, in code as by env.
+    #[test]
+    fn r12_2_ttl_clamp() {
+        assert_eq!(skip_ttl_from_value(Some("250")), Some(SKIP_TTL_MIN_MS));
+        assert_eq!(skip_ttl_from_value(Some("-5")), None);
+        assert_eq!(skip_ttl_from_value(Some("")), None);
+        assert_eq!(skip_ttl_from_value(Some("30000")), Some(30_000));
+    }
+}
