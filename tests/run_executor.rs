@@ -865,3 +865,35 @@ auth: { cooldowns: { rateLimitedProfileRotations: 0 } }
     );
     assert_eq!(out.decisions[0].to_model.as_deref(), Some("openai/gpt"));
 }
+
+// R1.2, R5, R11.1: the same walk on the file store — state lands in the
+// files, and fields the runner does not own survive its writes.
+#[tokio::test(start_paused = true)]
+async fn r11_1_on_the_file_store() {
+    use failover::store::{FileStore, Store};
+    let dir = std::env::temp_dir().join(format!("failover-run-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = Arc::new(FileStore::open(&dir, "main").unwrap());
+    store.update_profiles(|p| *p = profiles(KEYS)).unwrap();
+    store
+        .update_session("s1", |e| {
+            e.extra
+                .insert("sessionId".into(), serde_json::json!("abc-123"));
+        })
+        .unwrap();
+    let runner = failover::run::Runner::new(engine(), Arc::new(config(BASIC)), store.clone())
+        .unwrap()
+        .with_clock(Arc::new(failover::run::TokioClock::starting_at(T0)));
+    let s = Script::default().on("anthropic/claude", vec![http(429, "rate limit")]);
+    let out = runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(out.model_ref(), "openai/gpt");
+    let e = store.load_session("s1").unwrap().unwrap();
+    assert_eq!(e.model_override.as_deref(), Some("gpt"));
+    assert_eq!(e.extra["sessionId"], serde_json::json!("abc-123"));
+    let st = store.load_state().unwrap();
+    assert_eq!(
+        st.usage_stats["anthropic:default"].cooldown_until,
+        Some(T0 + MINUTE_MS)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
