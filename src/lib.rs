@@ -15,6 +15,7 @@ pub mod diag;
 pub mod golden;
 pub mod load;
 pub mod policy;
+pub mod run;
 pub mod store;
 pub mod syntax;
 

@@ -6,6 +6,7 @@
 mod chain;
 mod check;
 pub mod classify;
+mod simulate;
 mod status;
 mod test;
 
@@ -36,6 +37,8 @@ enum Command {
     Chain(chain::ChainArgs),
     /// Show auth profiles, cooldowns, disables and session overrides of a state directory.
     Status(status::StatusArgs),
+    /// Run the fallback executor against scripted provider outcomes on a virtual clock.
+    Simulate(simulate::SimulateArgs),
 }
 
 /// `--rules DIR` (repeatable) and `--no-defaults`, shared by the commands
@@ -67,6 +70,7 @@ pub fn main() -> i32 {
         Command::Classify(args) => classify::run(&args),
         Command::Chain(args) => chain::run(&args),
         Command::Status(args) => status::run(&args),
+        Command::Simulate(args) => simulate::run(&args),
     };
     match result {
         Ok(code) => code,

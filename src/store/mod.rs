@@ -170,6 +170,12 @@ pub trait Store: Send + Sync {
     fn update_sessions_dyn(&self, f: &mut dyn FnMut(&mut SessionStore)) -> Result<(), StoreError>;
     /// Problems found since the last call (each reported once).
     fn take_problems(&self) -> Vec<Problem>;
+    /// One session's entry. The default reads the whole document; a
+    /// backend that can read one entry cheaply should (the runner reads
+    /// the entry at the start of every run).
+    fn load_session(&self, key: &str) -> Result<Option<SessionEntry>, StoreError> {
+        Ok(self.load_sessions()?.entries.remove(key))
+    }
 }
 
 /// Closure-returning forms of the [`Store`] updates.

@@ -1,0 +1,956 @@
+//! The walk itself: [`Runner::run`]. The module essay in `mod.rs` explains
+//! the steps; comments here say why a step is the way it is.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+
+use crate::auth::{
+    apply_pin_change, choose_session_profile, disabled_probe_allowed, mark_failure, mark_probe,
+    mark_success, order_profiles, probe_uses_transient_slot, probe_window_open, Block, Failure,
+    PinChange, ProfileOrder,
+};
+use crate::compile::reasons::{RotationBudget, UNCLASSIFIED};
+use crate::compile::ReasonBehaviour;
+use crate::policy::{build_chain, ChainRequest, ModelRef, OverrideSource as PolicySource};
+use crate::policy::{CandidateChain, SelectionSource, SessionOverride};
+use crate::store::{
+    AuthProfiles, Credential, OverrideFields, OverrideSource, SessionEntry, Store, StoreExt,
+};
+
+use super::types::*;
+use super::{clear_model_override, clear_notice, notice_reason, RunRequest, Runner};
+use super::{DETAIL_CHARS, REPROBE_INTERVAL_MS, REPROBE_KEYS, SKIP_KEYS};
+
+/// What to do with one candidate before any attempt.
+enum Plan {
+    Skip {
+        why: String,
+        reason: Option<String>,
+    },
+    Try {
+        profiles: Vec<Option<String>>,
+        probe: bool,
+        /// The probe used the provider's transient slot (R10.5).
+        slot: bool,
+        strict: bool,
+        pin: PinChange,
+    },
+}
+
+/// Rolls back the override fields a fallback attempt wrote (R11.4) when
+/// dropped armed: on failure, and when the run's future is dropped in the
+/// middle of the attempt (cancel safety).
+struct OverrideGuard<'a> {
+    store: &'a dyn Store,
+    session: &'a str,
+    written: OverrideFields,
+    before: OverrideFields,
+    armed: bool,
+}
+
+impl OverrideGuard<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for OverrideGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (written, before) = (&self.written, &self.before);
+        let _ = self.store.update_session(self.session, |e| {
+            // The model fields and the profile fields are each one choice:
+            // when another writer changed any field of a group (a user's
+            // `/model` sets provider and model together), the whole group
+            // is theirs now, even the fields that happen to equal ours.
+            let mut before = before.clone();
+            let model_ours = e.provider_override == written.provider_override
+                && e.model_override == written.model_override
+                && e.model_override_source == written.model_override_source;
+            if !model_ours {
+                before.provider_override = e.provider_override.clone();
+                before.model_override = e.model_override.clone();
+                before.model_override_source = e.model_override_source.clone();
+                before.model_override_fallback_origin_provider =
+                    e.model_override_fallback_origin_provider.clone();
+                before.model_override_fallback_origin_model =
+                    e.model_override_fallback_origin_model.clone();
+            }
+            let auth_ours = e.auth_profile_override == written.auth_profile_override
+                && e.auth_profile_override_source == written.auth_profile_override_source;
+            if !auth_ours {
+                before.auth_profile_override = e.auth_profile_override.clone();
+                before.auth_profile_override_source = e.auth_profile_override_source.clone();
+                before.auth_profile_override_compaction_count =
+                    e.auth_profile_override_compaction_count;
+            }
+            written.rollback(&before, e);
+        });
+    }
+}
+
+/// The state of one walk down the chain.
+struct Walk {
+    attempts: Vec<AttemptRecord>,
+    decisions: Vec<Decision>,
+    /// Providers a `skip provider` reason ruled out, with the reason.
+    skip_providers: HashMap<String, String>,
+    /// Providers whose one transient cooldown probe was used (R10.5).
+    probe_slots: HashSet<String>,
+    /// The last real provider error, for R16.8 and single-attempt runs.
+    last: Option<Box<SurfacedError>>,
+}
+
+impl Walk {
+    fn decide(&mut self, d: Decision) {
+        emit(&d);
+        self.decisions.push(d);
+    }
+}
+
+/// The `model_fallback_decision` event with the flat step fields (R14.2).
+fn emit(d: &Decision) {
+    macro_rules! event {
+        ($lvl:ident) => {
+            tracing::$lvl!(
+                target: "failover::run",
+                decision = d.decision.name(),
+                fallbackStepType = "fallback_step",
+                fallbackStepFromModel = %d.from_model,
+                fallbackStepToModel = d.to_model.as_deref().unwrap_or(""),
+                fallbackStepFromFailureReason = d.reason.as_deref().unwrap_or(""),
+                fallbackStepFromFailureDetail = d.detail.as_deref().unwrap_or(""),
+                fallbackStepChainPosition = d.position,
+                fallbackStepFinalOutcome = d.outcome.name(),
+                "model_fallback_decision"
+            )
+        };
+    }
+    if d.outcome == StepOutcome::ChainExhausted {
+        event!(warn)
+    } else {
+        event!(info)
+    }
+}
+
+/// Every secret of the stored profiles, for scrubbing (R16.11).
+fn secrets_of(profiles: &AuthProfiles) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in profiles.profiles.values() {
+        let list = match &p.credential {
+            Credential::ApiKey { key, .. } => vec![key.as_ref()],
+            Credential::OAuth {
+                access, refresh, ..
+            } => vec![access.as_ref(), refresh.as_ref()],
+            Credential::Token { token, .. } => vec![token.as_ref()],
+        };
+        for s in list.into_iter().flatten() {
+            // Very short "secrets" would scrub ordinary words; they are not
+            // credentials anyone can use anyway.
+            if s.expose().trim().len() >= 6 {
+                out.push(s.expose().trim().to_string());
+            }
+        }
+    }
+    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    out
+}
+
+fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut t = text.to_string();
+    for s in secrets {
+        if t.contains(s.as_str()) {
+            t = t.replace(s.as_str(), "<redacted>");
+        }
+    }
+    t
+}
+
+fn cut(text: &str, n: usize) -> String {
+    if text.chars().count() <= n {
+        text.to_string()
+    } else {
+        let mut s: String = text.chars().take(n).collect();
+        s.push('…');
+        s
+    }
+}
+
+/// The session's model override as a chain selection (SPEC R3 rows).
+fn session_override(e: &SessionEntry) -> Option<SessionOverride> {
+    let model = e.model_override.as_deref()?;
+    let model = match e.provider_override.as_deref() {
+        Some(p) => ModelRef::parse(&format!("{p}/{model}")).ok()?,
+        None => ModelRef::parse(model).ok()?,
+    };
+    let source = match e.model_override_source() {
+        Some(OverrideSource::Auto) => PolicySource::Auto,
+        _ if e.model_override_source.is_none() => PolicySource::Legacy,
+        _ => PolicySource::User,
+    };
+    Some(SessionOverride { model, source })
+}
+
+fn origin(e: &SessionEntry) -> Option<ModelRef> {
+    let p = e.model_override_fallback_origin_provider.as_deref()?;
+    let m = e.model_override_fallback_origin_model.as_deref()?;
+    ModelRef::parse(&format!("{p}/{m}")).ok()
+}
+
+/// Reasons whose failures mean the credential is bad (R12: `auth`,
+/// `auth_permanent`), told by behaviour: a profile penalty that a probe
+/// does not learn from, or a provider-wide skip.
+fn auth_class(b: &ReasonBehaviour) -> bool {
+    b.skip_provider || (b.probe_free && (b.cooldown || b.disable.is_some()))
+}
+
+impl Runner {
+    fn behaviour_of(&self, reason: Option<&str>) -> ReasonBehaviour {
+        let rs = self.engine.ruleset();
+        reason
+            .and_then(|r| rs.reason_id(r))
+            .or_else(|| rs.reason_id(UNCLASSIFIED))
+            .map(|id| rs.reason(id).behaviour.clone())
+            .unwrap_or_default()
+    }
+
+    /// R11.5: is `primary` due for its re-probe in `session`? Records the
+    /// probe when it is.
+    fn take_reprobe(&self, session: &str, primary: &ModelRef, now: u64) -> bool {
+        let mut sh = self.shared();
+        let key = (session.to_string(), primary.to_string());
+        match sh.reprobe.get(&key) {
+            Some(t) if now.saturating_sub(*t) < REPROBE_INTERVAL_MS => false,
+            _ => {
+                note_reprobe(&mut sh.reprobe, key, now);
+                true
+            }
+        }
+    }
+
+    fn skip_cached(&self, session: &str, p: &str, m: &str, now: u64) -> Option<String> {
+        self.skip_ttl_ms?;
+        let mut sh = self.shared();
+        let key = (session.to_string(), p.to_string(), m.to_string());
+        match sh.skip.get(&key) {
+            Some((until, reason)) if *until > now => Some(reason.clone()),
+            Some(_) => {
+                sh.skip.remove(&key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn mark_skip(&self, session: &str, p: &str, m: &str, reason: &str, now: u64) {
+        let Some(ttl) = self.skip_ttl_ms else { return };
+        let mut sh = self.shared();
+        if sh.skip.len() >= SKIP_KEYS {
+            sh.skip.retain(|_, (until, _)| *until > now);
+        }
+        if sh.skip.len() < SKIP_KEYS {
+            sh.skip.insert(
+                (session.to_string(), p.to_string(), m.to_string()),
+                (now + ttl, reason.to_string()),
+            );
+        }
+    }
+
+    /// R10, R16.1–R16.3: every profile of `order` is blocked for the model.
+    fn cooldown_plan(
+        &self,
+        order: &ProfileOrder,
+        pinned: Option<&str>,
+        is_primary: bool,
+        only_candidate: bool,
+        walk: &mut Walk,
+        now: u64,
+    ) -> Plan {
+        let p = order.provider.as_str();
+        let blocks: Vec<&Block> = order
+            .entries
+            .iter()
+            .filter_map(|e| e.block.as_ref())
+            .collect();
+        let soonest = order.soonest_expiry();
+        let probe_id = pinned
+            .filter(|id| order.position(id).is_some())
+            .or_else(|| order.entries.first().map(|e| e.id.as_str()))
+            .map(str::to_string);
+        let probe = |slot: bool| Plan::Try {
+            profiles: vec![probe_id.clone()],
+            probe: true,
+            slot,
+            strict: true,
+            pin: PinChange::Keep,
+        };
+        // R10.1: a `skip provider` block rules out every model of it.
+        if let Some(r) = blocks
+            .iter()
+            .filter_map(|b| b.reason())
+            .find(|r| self.behaviour_of(Some(r)).skip_provider)
+        {
+            walk.skip_providers.insert(p.to_string(), r.to_string());
+            return Plan::Skip {
+                why: format!("Provider {p} has {r} issue (skipping all models)"),
+                reason: Some(r.to_string()),
+            };
+        }
+        let agent = self.store.agent_id().to_string();
+        // R10.2, R16.2: disabled (billing) — only the primary, only alone or
+        // near expiry, throttled.
+        if blocks.iter().all(|b| matches!(b, Block::Disabled { .. })) {
+            let r = blocks.first().and_then(|b| b.reason()).map(str::to_string);
+            if is_primary
+                && disabled_probe_allowed(only_candidate, soonest, now)
+                && self.shared().throttle.try_acquire(&agent, p, now)
+            {
+                return probe(false);
+            }
+            return Plan::Skip {
+                why: format!(
+                    "Provider {p} is disabled ({})",
+                    r.as_deref().unwrap_or("unknown")
+                ),
+                reason: r,
+            };
+        }
+        // The soonest block stands for the provider (blocked entries are
+        // sorted soonest first).
+        let r = blocks.first().and_then(|b| b.reason()).map(str::to_string);
+        let cooling = format!("Provider {p} is in cooldown (all profiles unavailable)");
+        if is_primary {
+            // R10.3, R16.1.
+            if probe_window_open(soonest, now) && self.shared().throttle.try_acquire(&agent, p, now)
+            {
+                return probe(false);
+            }
+            return Plan::Skip {
+                why: cooling,
+                reason: r,
+            };
+        }
+        // R10.4, R10.5: transient blocks let a sibling probe once per run.
+        if self.behaviour_of(r.as_deref()).transient {
+            if walk.probe_slots.insert(p.to_string()) {
+                return probe(true);
+            }
+            return Plan::Skip {
+                why: format!("Provider {p} is in cooldown (probe already attempted this run)"),
+                reason: r,
+            };
+        }
+        Plan::Skip {
+            why: cooling,
+            reason: r,
+        }
+    }
+
+    /// R14.4: the soonest moment a candidate of `chain` is usable again.
+    /// Per candidate, cooldowns scoped to other models are ignored; a block
+    /// made only of cooldowns scoped to this model reports its latest
+    /// expiry (every matching profile must recover before the model is
+    /// usable on the one the rotation would reach), others the soonest.
+    fn soonest_for_chain(&self, chain: &CandidateChain, profiles: &AuthProfiles) -> Option<u64> {
+        let now = self.now_ms();
+        let state = self.store.load_state().ok()?;
+        let mut best: Option<u64> = None;
+        for c in &chain.candidates {
+            let (p, m) = (c.model.provider(), c.model.model());
+            let order = order_profiles(&self.routing, profiles, &state, p, Some(m), now);
+            if order.entries.is_empty() || order.entries.iter().any(|e| e.block.is_none()) {
+                continue;
+            }
+            let blocks: Vec<&Block> = order
+                .entries
+                .iter()
+                .filter_map(|e| e.block.as_ref())
+                .collect();
+            let scoped_here = blocks
+                .iter()
+                .all(|b| matches!(b, Block::Cooling { model: Some(x), .. } if x == m));
+            let t = if scoped_here {
+                blocks.iter().map(|b| b.until()).max()
+            } else {
+                blocks.iter().map(|b| b.until()).min()
+            };
+            if let Some(t) = t {
+                best = Some(best.map_or(t, |b| b.min(t)));
+            }
+        }
+        best
+    }
+
+    /// Runs one turn of `request`, calling `attempt` for every model call.
+    /// See the module documentation.
+    pub async fn run<T, F, Fut>(
+        &self,
+        request: &RunRequest,
+        mut attempt: F,
+    ) -> Result<RunOutput<T>, RunError>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, AttemptError>>,
+    {
+        let key = request.session.as_str();
+        let store: &dyn Store = self.store.as_ref();
+        let now0 = self.now_ms();
+        let entry = store.load_session(key)?.unwrap_or_default();
+        let profiles = store.load_profiles()?;
+        let secrets = secrets_of(&profiles);
+        let selections = &self.engine.ruleset().selections;
+
+        // Step 1–2: the selection, with the auto override unless its origin
+        // is due for a re-probe (R11.5).
+        let mut chain_req = ChainRequest {
+            kind: request.kind,
+            agent: request.agent.clone(),
+            one_shot: request.one_shot.clone(),
+            session_override: None,
+            cron: request.cron.clone(),
+        };
+        let base = build_chain(&self.config, selections, &chain_req)?;
+        let mut selected = base.requested().clone();
+        let mut entry = entry;
+        // R3.2: a heartbeat without its own model clears a direct auto
+        // override whose origin is no longer the configured default.
+        if request.heartbeat
+            && entry.model_override_source() == Some(OverrideSource::Auto)
+            && origin(&entry).is_some_and(|o| o != selected)
+        {
+            entry = store.update_session(key, |e| {
+                if e.model_override_source() == Some(OverrideSource::Auto)
+                    && origin(e).is_some_and(|o| o != selected)
+                {
+                    clear_model_override(e);
+                    clear_notice(e);
+                }
+                e.clone()
+            })?;
+        }
+        if let Some(o) = session_override(&entry) {
+            let use_override = match o.source {
+                PolicySource::Auto => match origin(&entry) {
+                    // R11.5: due for its re-probe, the run starts on the
+                    // origin again (the override stays until it answers).
+                    Some(orig) if orig == selected => !self.take_reprobe(key, &selected, now0),
+                    Some(orig) => {
+                        selected = orig;
+                        true
+                    }
+                    None => true,
+                },
+                _ => {
+                    selected = o.model.clone();
+                    true
+                }
+            };
+            if use_override {
+                chain_req.session_override = Some(o);
+            }
+        }
+        let chain = if chain_req.session_override.is_some() && request.one_shot.is_none() {
+            build_chain(&self.config, selections, &chain_req)?
+        } else {
+            base
+        };
+        let user_owned = chain.source == SelectionSource::UserOverride
+            || chain.source == SelectionSource::LegacyOverride;
+
+        let n = chain.candidates.len();
+        let mut walk = Walk {
+            attempts: Vec::new(),
+            decisions: Vec::new(),
+            skip_providers: HashMap::new(),
+            probe_slots: HashSet::new(),
+            last: None,
+        };
+        let mut i = 0;
+        'candidates: while i < n {
+            let cand = chain.candidates[i].model.clone();
+            let (p, m) = (cand.provider(), cand.model());
+            let is_primary = i == 0;
+            let next = chain.candidates.get(i + 1).map(|c| c.model.to_string());
+            let now = self.now_ms();
+
+            let plan = if let Some(r) = walk.skip_providers.get(p) {
+                Plan::Skip {
+                    why: format!("Provider {p} has {r} issue (skipping all models)"),
+                    reason: Some(r.clone()),
+                }
+            } else if let Some(r) = (!is_primary)
+                .then(|| self.skip_cached(key, p, m, now))
+                .flatten()
+            {
+                Plan::Skip {
+                    why: format!("{cand} failed recently with {r} (skip cache)"),
+                    reason: Some(r),
+                }
+            } else {
+                let state = store.load_state()?;
+                let order = order_profiles(&self.routing, &profiles, &state, p, Some(m), now);
+                if order.is_disabled() {
+                    Plan::Skip {
+                        why: format!("Provider {p} is switched off by an empty auth.order"),
+                        reason: None,
+                    }
+                } else if order.entries.is_empty() {
+                    if order.excluded.is_empty() {
+                        // A provider without auth profiles (a local model).
+                        Plan::Try {
+                            profiles: vec![None],
+                            probe: false,
+                            slot: false,
+                            strict: true,
+                            pin: PinChange::Keep,
+                        }
+                    } else {
+                        Plan::Skip {
+                            why: format!("Provider {p} has no usable auth profile"),
+                            reason: None,
+                        }
+                    }
+                } else {
+                    let choice = choose_session_profile(&entry, &order, request.new_session);
+                    if choice.attempts.is_empty() {
+                        let pinned = entry
+                            .auth_profile_override
+                            .as_deref()
+                            .filter(|_| choice.strict);
+                        self.cooldown_plan(&order, pinned, is_primary, n == 1, &mut walk, now)
+                    } else {
+                        Plan::Try {
+                            profiles: choice.attempts.into_iter().map(Some).collect(),
+                            probe: false,
+                            slot: false,
+                            strict: choice.strict,
+                            pin: choice.pin,
+                        }
+                    }
+                }
+            };
+
+            let (profile_list, probe, slot, strict, pin) = match plan {
+                Plan::Skip { why, reason } => {
+                    walk.attempts.push(AttemptRecord {
+                        provider: p.into(),
+                        model: m.into(),
+                        profile_id: None,
+                        outcome: AttemptOutcome::Skipped,
+                        reason: reason.clone(),
+                        rule: None,
+                        status: None,
+                        code: None,
+                        error: Some(why.clone()),
+                        probe: false,
+                        at_ms: now,
+                    });
+                    walk.decide(Decision {
+                        decision: DecisionKind::SkipCandidate,
+                        from_model: cand.to_string(),
+                        to_model: next.clone(),
+                        reason,
+                        detail: Some(why),
+                        position: i + 1,
+                        outcome: if next.is_some() {
+                            StepOutcome::NextFallback
+                        } else {
+                            StepOutcome::ChainExhausted
+                        },
+                    });
+                    i += 1;
+                    continue;
+                }
+                Plan::Try {
+                    profiles,
+                    probe,
+                    slot,
+                    strict,
+                    pin,
+                } => (profiles, probe, slot, strict, pin),
+            };
+            if probe {
+                walk.decide(Decision {
+                    decision: DecisionKind::ProbeCooldownCandidate,
+                    from_model: cand.to_string(),
+                    to_model: None,
+                    reason: None,
+                    detail: Some(format!("Provider {p} is cooling; probing")),
+                    position: i + 1,
+                    outcome: StepOutcome::Probing,
+                });
+            }
+
+            let mut used: HashMap<RotationBudget, u32> = HashMap::new();
+            let mut budget: Option<RotationBudget> = None;
+            for (k, profile_id) in profile_list.iter().enumerate() {
+                if k > 0 {
+                    // R8.5: this rotation spends the last failure's budget
+                    // (checked when that failure decided to rotate).
+                    if let Some(b) = budget {
+                        *used.entry(b).or_insert(0) += 1;
+                        let ms = self.policy.rotation_backoff_ms(b);
+                        if ms > 0 {
+                            self.sleeper.sleep(ms).await;
+                        }
+                    }
+                }
+                let now = self.now_ms();
+                if probe {
+                    if let Some(id) = profile_id {
+                        mark_probe(store, id, now)?;
+                    }
+                }
+                // R11.3: persist the fallback before the attempt, so every
+                // reader of the session sees the model about to be used.
+                let guard = if cand != *chain.requested() && cand != selected && !user_owned {
+                    let mut written = OverrideFields {
+                        provider_override: Some(p.into()),
+                        model_override: Some(m.into()),
+                        model_override_source: Some(OverrideSource::Auto.name().into()),
+                        model_override_fallback_origin_provider: Some(selected.provider().into()),
+                        model_override_fallback_origin_model: Some(selected.model().into()),
+                        auth_profile_override: profile_id.clone(),
+                        auth_profile_override_source: profile_id
+                            .as_ref()
+                            .map(|_| OverrideSource::Auto.name().into()),
+                        auth_profile_override_compaction_count: None,
+                    };
+                    let before = store.update_session(key, |e| {
+                        // A user's model choice, even one made since the
+                        // run started, is never overwritten (R11.3, R3).
+                        if e.model_override_source() == Some(OverrideSource::User) {
+                            return None;
+                        }
+                        // A user's profile pin is theirs (R6.5): keep it.
+                        if e.auth_profile_override_source() == Some(OverrideSource::User) {
+                            written.auth_profile_override = e.auth_profile_override.clone();
+                            written.auth_profile_override_source =
+                                e.auth_profile_override_source.clone();
+                            written.auth_profile_override_compaction_count =
+                                e.auth_profile_override_compaction_count;
+                        }
+                        Some(written.write(e))
+                    })?;
+                    // The 5-minute re-probe clock starts when the session
+                    // leaves its primary (R11.5).
+                    note_reprobe(
+                        &mut self.shared().reprobe,
+                        (key.to_string(), selected.to_string()),
+                        now,
+                    );
+                    before.map(|before| OverrideGuard {
+                        store,
+                        session: key,
+                        written,
+                        before,
+                        armed: true,
+                    })
+                } else {
+                    None
+                };
+
+                let number = walk.attempts.len() + 1;
+                let call = Attempt {
+                    provider: p.into(),
+                    model: m.into(),
+                    profile_id: profile_id.clone(),
+                    profile: profile_id
+                        .as_ref()
+                        .and_then(|id| profiles.profiles.get(id).cloned()),
+                    number,
+                    probe,
+                };
+                let result = attempt(call).await;
+                let now = self.now_ms();
+                let mut record = AttemptRecord {
+                    provider: p.into(),
+                    model: m.into(),
+                    profile_id: profile_id.clone(),
+                    outcome: AttemptOutcome::Succeeded,
+                    reason: None,
+                    rule: None,
+                    status: None,
+                    code: None,
+                    error: None,
+                    probe,
+                    at_ms: now,
+                };
+                match result {
+                    Ok(value) => {
+                        if let Some(g) = guard {
+                            g.disarm();
+                        }
+                        walk.attempts.push(record);
+                        return self.succeed(
+                            value, key, &cand, &selected, profile_id, &pin, user_owned, walk, i,
+                        );
+                    }
+                    Err(AttemptError::LiveSessionModelSwitch { provider, model }) => {
+                        drop(guard);
+                        let target = ModelRef::parse(&format!("{provider}/{model}")).ok();
+                        let later = target.as_ref().and_then(|t| {
+                            chain.candidates[i + 1..]
+                                .iter()
+                                .position(|c| c.model == *t)
+                                .map(|d| i + 1 + d)
+                        });
+                        let text = format!(
+                            "live session model switch to {}",
+                            target
+                                .as_ref()
+                                .map_or(format!("{provider}/{model}"), |t| t.to_string())
+                        );
+                        if let Some(j) = later {
+                            // R11.6: jump straight to the named candidate.
+                            record.outcome = AttemptOutcome::Switched;
+                            record.error = Some(text.clone());
+                            walk.attempts.push(record);
+                            walk.decide(Decision {
+                                decision: DecisionKind::LiveSwitch,
+                                from_model: cand.to_string(),
+                                to_model: Some(chain.candidates[j].model.to_string()),
+                                reason: None,
+                                detail: Some(text),
+                                position: i + 1,
+                                outcome: StepOutcome::NextFallback,
+                            });
+                            i = j;
+                            continue 'candidates;
+                        }
+                        // REFERENCE f: the current or an earlier candidate is
+                        // a failed attempt (`unclassified`), even on the last
+                        // candidate, so the outer loop cannot spin.
+                        record.outcome = AttemptOutcome::Failed;
+                        record.reason = Some(UNCLASSIFIED.into());
+                        record.error = Some(text.clone());
+                        walk.attempts.push(record);
+                        walk.last = None;
+                        walk.decide(Decision {
+                            decision: DecisionKind::CandidateFailed,
+                            from_model: cand.to_string(),
+                            to_model: next.clone(),
+                            reason: Some(UNCLASSIFIED.into()),
+                            detail: Some(text),
+                            position: i + 1,
+                            outcome: if next.is_some() {
+                                StepOutcome::NextFallback
+                            } else {
+                                StepOutcome::ChainExhausted
+                            },
+                        });
+                        break;
+                    }
+                    Err(AttemptError::Provider(failure)) => {
+                        let c = self.engine.classify(&failure.as_provider_error(p, m));
+                        let reason = c.reason.to_string();
+                        let behaviour = c.behaviour.clone();
+                        let text = scrub(&failure.text(), &secrets);
+                        record.outcome = AttemptOutcome::Failed;
+                        record.reason = Some(reason.clone());
+                        record.rule = c.rule.map(str::to_string);
+                        record.status = c.status.or(failure.status);
+                        record.code = failure.code.as_deref().map(|c| scrub(c, &secrets));
+                        record.error = Some(text.clone());
+                        walk.attempts.push(record);
+                        if let Some(id) = profile_id {
+                            let f = Failure {
+                                reason: &reason,
+                                behaviour: &behaviour,
+                                model: Some(m),
+                                reset_at: failure.reset_at,
+                            };
+                            mark_failure(store, id, p, &f, &self.policy, now)?;
+                        }
+                        drop(guard); // R11.4
+                        if slot && !probe_uses_transient_slot(&behaviour) {
+                            // R16.3: the probe learnt nothing about the cooldown.
+                            walk.probe_slots.remove(p);
+                        }
+                        if !is_primary && auth_class(&behaviour) {
+                            self.mark_skip(key, p, m, &reason, now);
+                        }
+                        let last_candidate = i + 1 == n;
+                        let rotate = !strict
+                            && !behaviour.advance_model
+                            && !behaviour.skip_provider
+                            && (behaviour.cooldown || behaviour.disable.is_some())
+                            && k + 1 < profile_list.len()
+                            && behaviour.rotations.is_none_or(|b| {
+                                used.get(&b).copied().unwrap_or(0) < self.policy.rotations(b)
+                            });
+                        let clean = ProviderFailure {
+                            message: failure.message.as_deref().map(|t| scrub(t, &secrets)),
+                            body: failure.body.as_deref().map(|t| scrub(t, &secrets)),
+                            code: failure.code.as_deref().map(|t| scrub(t, &secrets)),
+                            ..failure.clone()
+                        };
+                        let surfaced = |walk: &Walk| SurfacedError {
+                            provider: p.into(),
+                            model: m.into(),
+                            failure: clean.clone(),
+                            text_scrubbed: text.clone(),
+                            reason: reason.clone(),
+                            handoff: behaviour.handoff.clone(),
+                            attempts: walk.attempts.clone(),
+                            decisions: walk.decisions.clone(),
+                        };
+                        // R9.2, R9.3: a `stop` reason (or a handoff) ends the
+                        // run with the error as it is; R16.8: so does an
+                        // unrecognised error on the last candidate.
+                        let stop = !behaviour.failover
+                            || (reason == UNCLASSIFIED && last_candidate && !rotate);
+                        walk.decide(Decision {
+                            decision: DecisionKind::CandidateFailed,
+                            from_model: cand.to_string(),
+                            to_model: if rotate {
+                                Some(cand.to_string())
+                            } else {
+                                next.clone()
+                            },
+                            reason: Some(reason.clone()),
+                            detail: Some(cut(&text, DETAIL_CHARS)),
+                            position: i + 1,
+                            outcome: if stop {
+                                StepOutcome::Stopped
+                            } else if rotate || next.is_some() {
+                                StepOutcome::NextFallback
+                            } else {
+                                StepOutcome::ChainExhausted
+                            },
+                        });
+                        if stop {
+                            let mut s = surfaced(&walk);
+                            s.decisions = walk.decisions;
+                            return Err(RunError::Provider { error: Box::new(s) });
+                        }
+                        walk.last = Some(Box::new(surfaced(&walk)));
+                        if behaviour.skip_provider {
+                            walk.skip_providers.insert(p.to_string(), reason.clone());
+                        }
+                        if !rotate {
+                            break;
+                        }
+                        budget = behaviour.rotations;
+                    }
+                }
+            }
+            i += 1;
+        }
+
+        // Step 7: everything failed.
+        if walk.attempts.len() == 1 {
+            if let Some(mut last) = walk.last.take() {
+                last.attempts = walk.attempts;
+                last.decisions = walk.decisions;
+                return Err(RunError::Provider { error: last });
+            }
+        }
+        Err(RunError::Summary(FallbackSummaryError {
+            soonest_cooldown_expiry: self.soonest_for_chain(&chain, &profiles),
+            attempts: walk.attempts,
+            session: key.to_string(),
+            decisions: walk.decisions,
+        }))
+    }
+
+    /// The first success: record it, settle the session, say so (R13).
+    #[allow(clippy::too_many_arguments)]
+    fn succeed<T>(
+        &self,
+        value: T,
+        key: &str,
+        cand: &ModelRef,
+        selected: &ModelRef,
+        profile_id: &Option<String>,
+        pin: &PinChange,
+        user_owned: bool,
+        mut walk: Walk,
+        position: usize,
+    ) -> Result<RunOutput<T>, RunError> {
+        let now = self.now_ms();
+        let store: &dyn Store = self.store.as_ref();
+        if let Some(id) = profile_id {
+            mark_success(store, id, cand.provider(), Some(cand.model()), now)?;
+        }
+        let failed: Vec<AttemptRecord> = walk
+            .attempts
+            .iter()
+            .filter(|a| matches!(a.outcome, AttemptOutcome::Failed | AttemptOutcome::Skipped))
+            .cloned()
+            .collect();
+        let on_selected = cand == selected;
+        let notice = store.update_session(key, |e| {
+            apply_pin_change(e, pin);
+            if on_selected {
+                // R11.5, R13.2: back on the selection; clear what the
+                // fallback left.
+                if e.model_override_source() == Some(OverrideSource::Auto) {
+                    clear_model_override(e);
+                }
+                let previous = e.fallback_notice_active_model.clone();
+                clear_notice(e);
+                return previous.map(|previous| Notice::FallbackCleared {
+                    selected: selected.to_string(),
+                    previous,
+                });
+            }
+            if user_owned || e.model_override_source() == Some(OverrideSource::User) {
+                return None;
+            }
+            // R13.1, R13.3: once per state change.
+            let active = cand.to_string();
+            if e.fallback_notice_active_model.as_deref() == Some(active.as_str())
+                && e.fallback_notice_selected_model.as_deref() == Some(selected.as_str())
+            {
+                return None;
+            }
+            let reason = if failed.is_empty() {
+                e.fallback_notice_reason
+                    .clone()
+                    .unwrap_or_else(|| notice_reason(&failed))
+            } else {
+                notice_reason(&failed)
+            };
+            e.fallback_notice_selected_model = Some(selected.to_string());
+            e.fallback_notice_active_model = Some(active.clone());
+            e.fallback_notice_reason = Some(reason.clone());
+            e.fallback_notice_started_at = Some(now);
+            Some(Notice::FallbackStarted {
+                selected: selected.to_string(),
+                active,
+                reason,
+            })
+        })?;
+        walk.decide(Decision {
+            decision: DecisionKind::CandidateSucceeded,
+            from_model: cand.to_string(),
+            to_model: None,
+            reason: failed.first().and_then(|a| a.reason.clone()),
+            detail: None,
+            position: position + 1,
+            outcome: StepOutcome::Succeeded,
+        });
+        Ok(RunOutput {
+            value,
+            provider: cand.provider().into(),
+            model: cand.model().into(),
+            profile_id: profile_id.clone(),
+            attempts: walk.attempts,
+            decisions: walk.decisions,
+            notices: notice.into_iter().collect(),
+        })
+    }
+}
+
+/// Records a re-probe time, forgetting the oldest past [`REPROBE_KEYS`].
+fn note_reprobe(map: &mut HashMap<(String, String), u64>, key: (String, String), now: u64) {
+    if map.len() >= REPROBE_KEYS && !map.contains_key(&key) {
+        if let Some(oldest) = map.iter().min_by_key(|(_, t)| **t).map(|(k, _)| k.clone()) {
+            map.remove(&oldest);
+        }
+    }
+    map.insert(key, now);
+}

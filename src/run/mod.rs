@@ -1,0 +1,476 @@
+//! Stage 7, run: the fallback executor (SPEC R1, R9–R14, R16.7–R16.11).
+//!
+//! [`Runner::run`] wraps the caller's attempt function — one model call for
+//! a (provider, model, auth profile) — and walks the two stages of R1.1:
+//! profiles inside a provider, then models down the candidate chain. It
+//! decides everything from the *declared behaviour* of the reason the
+//! engine gives each failure ([`ReasonBehaviour`]), never from a reason's
+//! name (the one exception is the engine's own `unclassified` label,
+//! R16.8). In order, per run:
+//!
+//! 1. **Session** (R1.2 step 1): read the session entry; a `user` or legacy
+//!    override is strict; an `auto` override is used unless its origin — the
+//!    selection it fell back from — is due for its 5-minute re-probe
+//!    (R11.5), in which case the run starts on the origin again.
+//! 2. **Chain** (R3, R4): [`build_chain`] with the session's selection.
+//! 3. **Per candidate**: providers marked `skip provider` earlier in the
+//!    run, and skip-cache hits (R12, never the primary), are skipped. The
+//!    provider's profile order comes from [`order_profiles`] and the
+//!    session pin from [`choose_session_profile`]. When every profile is
+//!    blocked the candidate gets its own decision (R10, R16.1–R16.3): skip
+//!    the provider for a `skip provider` block; probe a disabled primary
+//!    only alone or near expiry; probe a cooling primary in its window,
+//!    throttled per provider; probe a cooling sibling once per provider and
+//!    run when its block is `transient`; otherwise skip.
+//! 4. **Per profile**: before an attempt on a fallback candidate the
+//!    runner writes the override fields it owns (R11.3); the attempt runs;
+//!    a failure is classified, recorded on the profile ([`mark_failure`]),
+//!    and the override is rolled back narrowly (R11.4). A reason that is
+//!    not `failover` ends the run with the original error. A reason that
+//!    cools or disables the profile rotates to the next profile, limited by
+//!    its `rotations` budget (R8.5); `advance model`, a user pin (R6.5),
+//!    `skip provider` and reasons that say nothing about the profile
+//!    (`unclassified`) advance the model at once.
+//! 5. **End**: the first success persists the pin, clears a recovered auto
+//!    override, and returns the value with its notices (R13); otherwise a
+//!    [`FallbackSummaryError`] with every attempt and the model-aware
+//!    soonest expiry (R14.3, R14.4) — or, with a single attempt or an
+//!    unrecognised error on the last candidate, the original error (R16.8).
+//!
+//! The runner is cancel-safe: the only state written across an `.await` is
+//! the override of step 4, and a guard rolls it back when the future is
+//! dropped. It shares nothing mutable between runs but the store (locked
+//! read-modify-writes) and three small in-memory tables behind a mutex
+//! never held across an `.await` (probe throttle, re-probe times, skip
+//! cache), so many sessions may run at once.
+//!
+//! Worked example (`examples/scenarios/rate-limit-recovery.yaml`): config
+//! primary `anthropic/claude`, fallbacks `[openai/gpt]`. At 12:00 the
+//! primary answers 429: `rate_limit` (failover; cooldown; scope model) →
+//! `anthropic:default` cools for 1 min for `claude`; the one profile is
+//! exhausted, so the run moves on; `openai/gpt` is written to the session as
+//! an `auto` override with origin `anthropic/claude`, succeeds, and the turn
+//! carries `↪️ Model Fallback: openai/gpt (selected anthropic/claude; rate
+//! limit)`. At 12:02 the session stays on `openai/gpt`, silently. At 12:05
+//! the origin is due for its re-probe: the run starts on `anthropic/claude`,
+//! which answers; the override is cleared and the turn carries `↪️ Model
+//! Fallback cleared: anthropic/claude (was openai/gpt)`.
+
+mod executor;
+mod memory;
+mod retry;
+pub mod scenario;
+mod time;
+mod types;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use memory::MemoryStore;
+pub use retry::{
+    requested_wait, should_wait, RetryCap, RetryDecision, DEFAULT_RETRY_MAX_WAIT,
+    RETRY_MAX_WAIT_ENV,
+};
+pub use time::{Sleep, Sleeper, TokioClock, TokioSleeper, VirtualSleeper};
+pub use types::{
+    notices_json, Attempt, AttemptError, AttemptOutcome, AttemptRecord, Decision, DecisionKind,
+    FallbackSummaryError, Notice, ProviderFailure, RunError, RunOutput, StepOutcome, SurfacedError,
+};
+
+use crate::auth::{AuthRouting, ConfigError, CooldownPolicy, ProbeThrottle, ProfileMeta};
+use crate::classify::Engine;
+use crate::config::{CredentialMode, GatewayConfig};
+use crate::policy::{CronPayload, ModelKind, ModelRef};
+use crate::store::{
+    Clock, CredentialKind, OverrideSource, SessionEntry, Store, StoreError, StoreExt, SystemClock,
+    MINUTE_MS, SECOND_MS,
+};
+
+/// The origin of an auto override is re-probed this often per session and
+/// primary (R11.5: fixed, not configurable): often enough that a recovered
+/// primary is back within minutes, rarely enough that a known-bad primary
+/// does not cost every message a failed call.
+pub const REPROBE_INTERVAL_MS: u64 = 5 * MINUTE_MS;
+/// Re-probe times are remembered for this many (session, primary) pairs;
+/// the oldest is forgotten first (REFERENCE e).
+pub const REPROBE_KEYS: usize = 4096;
+/// The skip-cache TTL is clamped to this range (R12.2).
+pub const SKIP_TTL_MIN_MS: u64 = SECOND_MS;
+pub const SKIP_TTL_MAX_MS: u64 = 10 * MINUTE_MS;
+/// The environment variable that enables the skip cache (R12.2).
+pub const SKIP_TTL_ENV: &str = "OPENCLAW_FALLBACK_SKIP_TTL_MS";
+/// Skip-cache entries kept at most (process-local, R12.2).
+const SKIP_KEYS: usize = 16_384;
+/// `fallbackStepFromFailureDetail` is cut to this many characters.
+pub const DETAIL_CHARS: usize = 400;
+
+/// What a run asks for.
+#[derive(Clone, Debug, Default)]
+pub struct RunRequest {
+    /// The session key (`agent:main:telegram:123`).
+    pub session: String,
+    /// The config agent (`agents.list[].id`) the run belongs to.
+    pub agent: Option<String>,
+    pub kind: ModelKind,
+    /// A provider/model for this invocation only (strict).
+    pub one_shot: Option<ModelRef>,
+    pub cron: Option<CronPayload>,
+    /// The first run after `/new`, `/reset` or `sessions.reset` (rotates
+    /// the auto profile pin, R6.4).
+    pub new_session: bool,
+    /// A heartbeat run without an explicit `heartbeat.model`: clears a
+    /// direct auto override whose origin is no longer the configured
+    /// default (R3.2).
+    pub heartbeat: bool,
+}
+
+impl RunRequest {
+    pub fn session(key: impl Into<String>) -> Self {
+        RunRequest {
+            session: key.into(),
+            ..Default::default()
+        }
+    }
+}
+
+/// The in-memory tables shared by the runs of one runner.
+#[derive(Debug, Default)]
+struct Shared {
+    throttle: ProbeThrottle,
+    /// (session, primary) → when the primary was last tried (R11.5).
+    reprobe: HashMap<(String, String), u64>,
+    /// (session, provider, model) → (skip until, reason) (R12).
+    skip: HashMap<(String, String, String), (u64, String)>,
+}
+
+/// The fallback executor. Build once per agent and share (`Arc`); see the
+/// module documentation.
+pub struct Runner {
+    engine: Arc<Engine>,
+    config: Arc<GatewayConfig>,
+    routing: AuthRouting,
+    policy: CooldownPolicy,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    sleeper: Arc<dyn Sleeper>,
+    skip_ttl_ms: Option<u64>,
+    shared: Mutex<Shared>,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("agent", &self.store.agent_id())
+            .field("skip_ttl_ms", &self.skip_ttl_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `auth.profiles` / `auth.order` of a config as routing values.
+pub fn routing_from_config(config: &GatewayConfig) -> Result<AuthRouting, ConfigError> {
+    let profiles = config
+        .auth
+        .profiles
+        .iter()
+        .map(|p| ProfileMeta {
+            id: p.id.clone(),
+            provider: p.provider.clone(),
+            mode: p.mode.map(|m| match m {
+                CredentialMode::ApiKey => CredentialKind::ApiKey,
+                CredentialMode::OAuth => CredentialKind::OAuth,
+                CredentialMode::Token => CredentialKind::Token,
+            }),
+            email: p.email.clone(),
+        })
+        .collect();
+    AuthRouting::new(profiles, config.auth.order.clone())
+}
+
+/// `auth.cooldowns` of a config as a validated policy.
+pub fn policy_from_config(config: &GatewayConfig) -> Result<CooldownPolicy, ConfigError> {
+    let c = &config.auth.cooldowns;
+    let p = CooldownPolicy {
+        billing_backoff_hours: c.billing_backoff_hours,
+        billing_backoff_hours_by_provider: c
+            .billing_backoff_hours_by_provider
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect::<BTreeMap<_, _>>(),
+        billing_max_hours: c.billing_max_hours,
+        failure_window_hours: c.failure_window_hours,
+        auth_permanent_backoff_minutes: c.auth_permanent_backoff_minutes,
+        auth_permanent_max_minutes: c.auth_permanent_max_minutes,
+        overloaded_profile_rotations: c.overloaded_profile_rotations,
+        overloaded_backoff_ms: c.overloaded_backoff_ms,
+        rate_limited_profile_rotations: c.rate_limited_profile_rotations,
+    };
+    p.validate()?;
+    Ok(p)
+}
+
+/// R12.2: `0`, unset or not a plain number disables the skip cache; other
+/// values are clamped to 1 s … 10 min.
+pub fn skip_ttl_from_value(value: Option<&str>) -> Option<u64> {
+    let v = value?.trim();
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let ms: u64 = v.parse().unwrap_or(u64::MAX);
+    (ms > 0).then(|| ms.clamp(SKIP_TTL_MIN_MS, SKIP_TTL_MAX_MS))
+}
+
+impl Runner {
+    /// A runner for `config` on `store`, with the system clock and tokio's
+    /// timer, the skip cache off.
+    pub fn new(
+        engine: Arc<Engine>,
+        config: Arc<GatewayConfig>,
+        store: Arc<dyn Store>,
+    ) -> Result<Self, ConfigError> {
+        let routing = routing_from_config(&config)?;
+        let policy = policy_from_config(&config)?;
+        Ok(Runner {
+            engine,
+            config,
+            routing,
+            policy,
+            store,
+            clock: Arc::new(SystemClock),
+            sleeper: Arc::new(TokioSleeper),
+            skip_ttl_ms: None,
+            shared: Mutex::new(Shared::default()),
+        })
+    }
+
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    pub fn with_sleeper(mut self, sleeper: Arc<dyn Sleeper>) -> Self {
+        self.sleeper = sleeper;
+        self
+    }
+
+    /// Enables the skip cache (R12) with a TTL in ms, clamped to 1 s …
+    /// 10 min; `None` or `Some(0)` disables it.
+    pub fn with_skip_ttl_ms(mut self, ttl: Option<u64>) -> Self {
+        self.skip_ttl_ms = ttl
+            .filter(|t| *t > 0)
+            .map(|t| t.clamp(SKIP_TTL_MIN_MS, SKIP_TTL_MAX_MS));
+        self
+    }
+
+    /// Reads [`SKIP_TTL_ENV`] (R12.2).
+    pub fn with_skip_ttl_from_env(mut self) -> Self {
+        self.skip_ttl_ms = skip_ttl_from_value(std::env::var(SKIP_TTL_ENV).ok().as_deref());
+        self
+    }
+
+    pub fn skip_ttl_ms(&self) -> Option<u64> {
+        self.skip_ttl_ms
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn policy(&self) -> &CooldownPolicy {
+        &self.policy
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn shared(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `/new`, `/reset`, `sessions.reset` (R3.2, R11.5): clears an auto
+    /// model override and the fallback notice state at once, and forgets
+    /// the session's re-probe and skip-cache entries. A user override and
+    /// the auth pin stay (the next run passes `new_session` to rotate an
+    /// auto pin, R6.4).
+    pub fn reset_session(&self, session: &str) -> Result<(), StoreError> {
+        self.store.update_session(session, |e| {
+            if e.model_override_source() == Some(OverrideSource::Auto) {
+                clear_model_override(e);
+            }
+            clear_notice(e);
+        })?;
+        let mut sh = self.shared();
+        sh.reprobe.retain(|(s, _), _| s != session);
+        sh.skip.retain(|(s, _, _), _| s != session);
+        Ok(())
+    }
+
+    /// `/model provider/model[@profile]`: a user override (strict, R3) and,
+    /// with a profile, a user pin (R6.5). Marks nothing else.
+    pub fn set_user_model(
+        &self,
+        session: &str,
+        model: &ModelRef,
+        profile: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.store.update_session(session, |e| {
+            e.provider_override = Some(model.provider().into());
+            e.model_override = Some(model.model().into());
+            e.model_override_source = Some(OverrideSource::User.name().into());
+            e.model_override_fallback_origin_provider = None;
+            e.model_override_fallback_origin_model = None;
+            clear_notice(e);
+            if let Some(p) = profile {
+                crate::auth::pin_user_profile(e, p);
+            }
+        })
+    }
+}
+
+pub(crate) fn clear_model_override(e: &mut SessionEntry) {
+    e.provider_override = None;
+    e.model_override = None;
+    e.model_override_source = None;
+    e.model_override_fallback_origin_provider = None;
+    e.model_override_fallback_origin_model = None;
+}
+
+pub(crate) fn clear_notice(e: &mut SessionEntry) {
+    e.fallback_notice_selected_model = None;
+    e.fallback_notice_active_model = None;
+    e.fallback_notice_reason = None;
+    e.fallback_notice_started_at = None;
+}
+
+/// The reason text of a fallback notice (R16.10): the first attempt's
+/// reason with `_` as spaces, else its code, else `HTTP n`, else its error
+/// cut to 80 characters; `(+N more attempts)` when there were more.
+pub fn notice_reason(failed: &[AttemptRecord]) -> String {
+    let Some(first) = failed.first() else {
+        return "fallback active".into();
+    };
+    let mut text = if let Some(r) = &first.reason {
+        r.replace('_', " ")
+    } else if let Some(c) = &first.code {
+        c.clone()
+    } else if let Some(s) = first.status {
+        format!("HTTP {s}")
+    } else {
+        first
+            .error
+            .as_deref()
+            .unwrap_or("failed")
+            .chars()
+            .take(80)
+            .collect()
+    };
+    if failed.len() > 1 {
+        text.push_str(&format!(" (+{} more attempts)", failed.len() - 1));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(
+        reason: Option<&str>,
+        code: Option<&str>,
+        status: Option<u16>,
+        error: &str,
+    ) -> AttemptRecord {
+        AttemptRecord {
+            provider: "p".into(),
+            model: "m".into(),
+            profile_id: None,
+            outcome: AttemptOutcome::Failed,
+            reason: reason.map(str::to_string),
+            rule: None,
+            status,
+            code: code.map(str::to_string),
+            error: Some(error.into()),
+            probe: false,
+            at_ms: 0,
+        }
+    }
+
+    // R16.10: reason, else code, else HTTP n, else the error cut to 80.
+    #[test]
+    fn r16_10_notice_reason_text() {
+        let long = "x".repeat(100);
+        assert_eq!(
+            notice_reason(&[rec(Some("rate_limit"), Some("c"), Some(429), "e")]),
+            "rate limit"
+        );
+        assert_eq!(
+            notice_reason(&[rec(None, Some("ETIMEDOUT"), Some(504), "e")]),
+            "ETIMEDOUT"
+        );
+        assert_eq!(
+            notice_reason(&[rec(None, None, Some(504), "e")]),
+            "HTTP 504"
+        );
+        assert_eq!(
+            notice_reason(&[rec(None, None, None, &long)]),
+            "x".repeat(80)
+        );
+        let two = [
+            rec(Some("auth_permanent"), None, None, "e"),
+            rec(None, None, None, "f"),
+        ];
+        assert_eq!(notice_reason(&two), "auth permanent (+1 more attempts)");
+    }
+
+    // R13.1, R13.2: the exact notice texts.
+    #[test]
+    fn r13_notice_texts() {
+        let started = Notice::FallbackStarted {
+            selected: "anthropic/a".into(),
+            active: "openai/b".into(),
+            reason: "rate limit".into(),
+        };
+        assert_eq!(
+            started.to_string(),
+            "↪️ Model Fallback: openai/b (selected anthropic/a; rate limit)"
+        );
+        let cleared = Notice::FallbackCleared {
+            selected: "anthropic/a".into(),
+            previous: "openai/b".into(),
+        };
+        assert_eq!(
+            cleared.to_string(),
+            "↪️ Model Fallback cleared: anthropic/a (was openai/b)"
+        );
+    }
+
+    // R16.9: one attempt is that error; several are listed.
+    #[test]
+    fn r16_9_summary_text() {
+        let mut s = FallbackSummaryError {
+            attempts: vec![rec(Some("rate_limit"), None, None, "slow down")],
+            soonest_cooldown_expiry: None,
+            session: "s".into(),
+            decisions: Vec::new(),
+        };
+        assert_eq!(s.to_string(), "slow down");
+        s.attempts.push(rec(None, None, None, "odd"));
+        assert_eq!(
+            s.to_string(),
+            "All models failed (2): p/m: slow down (rate_limit) | p/m: odd (unclassified)"
+        );
+    }
+
+    // R12.2: the TTL is clamped, and 0 disables it, in code as by env.
+    #[test]
+    fn r12_2_ttl_clamp() {
+        assert_eq!(skip_ttl_from_value(Some("250")), Some(SKIP_TTL_MIN_MS));
+        assert_eq!(skip_ttl_from_value(Some("-5")), None);
+        assert_eq!(skip_ttl_from_value(Some("")), None);
+        assert_eq!(skip_ttl_from_value(Some("30000")), Some(30_000));
+    }
+}

@@ -1,0 +1,832 @@
+//! Scenarios: the real [`Runner`] against scripted provider outcomes on a
+//! virtual clock (`failover simulate`).
+//!
+//! A scenario file (YAML) holds the gateway config (inline, or a path
+//! relative to the scenario), the auth profiles (fake secrets), optional
+//! initial `usageStats` and session entry, and a list of turns. Each turn
+//! happens at an offset from the start (`at: +6m`), may first apply a
+//! session operation (`/model openai/gpt`, `/model openai/gpt@openai:b`,
+//! `/new`, `/reset`, `sessions.reset`), and scripts the provider: each
+//! attempt takes the first unused outcome whose `match` fits
+//! (`provider/model` or `provider/model@profile`); an attempt nothing
+//! matches succeeds. An outcome is an `error` (status, code, type, message,
+//! body, `resetAfter`), a `reply`, a `liveSwitch: provider/model`, each
+//! optionally after a `delay`. A turn's `expect` lists what must happen:
+//! `attempts` (`model[@profile] outcome [reason]`), `notices`, `result`
+//! (`ok` / `error`), `model`, `error` (the message), `session` fields and
+//! `usageStats` fields. Times in `usageStats` (input or expected) may be
+//! written as offsets from the start (`+1m`).
+//!
+//! The clock is a [`ManualClock`] that only the scenario moves (turn
+//! offsets, delays, rotation backoffs through a [`VirtualSleeper`]), so a
+//! scenario spanning hours runs in milliseconds and always the same way.
+//! State lives in a [`MemoryStore`].
+//!
+//! Worked example: `examples/scenarios/rate-limit-recovery.yaml`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::{
+    AttemptError, AttemptOutcome, AttemptRecord, Decision, MemoryStore, ProviderFailure, RunError,
+    RunRequest, Runner, VirtualSleeper,
+};
+use crate::classify::Engine;
+use crate::config::{Format, GatewayConfig};
+use crate::policy::ModelRef;
+use crate::store::{
+    format_span, AuthProfiles, AuthState, Clock, ManualClock, SessionStore, Store, DAY_MS, HOUR_MS,
+    MINUTE_MS, SECOND_MS,
+};
+
+/// Scenario time zero: 2026-01-01T12:00:00Z.
+pub const SCENARIO_START_MS: u64 = 1_767_268_800_000;
+
+/// A scenario file. See the module documentation.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scenario {
+    #[serde(default)]
+    pub description: Option<String>,
+    pub config: serde_yaml::Value,
+    #[serde(default)]
+    pub profiles: BTreeMap<String, Value>,
+    #[serde(default)]
+    pub usage_stats: Option<Value>,
+    #[serde(default)]
+    pub session: Option<Value>,
+    #[serde(default = "default_session_key")]
+    pub session_key: String,
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// Enables the skip cache (R12) with this TTL.
+    #[serde(default)]
+    pub skip_ttl_ms: Option<u64>,
+    pub turns: Vec<Turn>,
+}
+
+fn default_session_key() -> String {
+    "agent:main:main".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Turn {
+    #[serde(default)]
+    pub at: Option<String>,
+    #[serde(default)]
+    pub note: Option<String>,
+    #[serde(default)]
+    pub op: Option<String>,
+    #[serde(default)]
+    pub outcomes: Vec<Scripted>,
+    #[serde(default)]
+    pub expect: Option<Expect>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scripted {
+    #[serde(rename = "match")]
+    pub target: String,
+    #[serde(default)]
+    pub error: Option<ScriptedError>,
+    #[serde(default)]
+    pub reply: Option<String>,
+    #[serde(default)]
+    pub delay: Option<String>,
+    #[serde(default)]
+    pub live_switch: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScriptedError {
+    #[serde(default)]
+    pub status: Option<u16>,
+    #[serde(default)]
+    pub code: Option<String>,
+    #[serde(default, rename = "type")]
+    pub error_type: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub body: Option<Value>,
+    /// An exact reset time, as an offset from the attempt (`3d`).
+    #[serde(default)]
+    pub reset_after: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Expect {
+    #[serde(default)]
+    pub attempts: Option<Vec<String>>,
+    #[serde(default)]
+    pub notices: Option<Vec<String>>,
+    #[serde(default)]
+    pub result: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub session: Option<BTreeMap<String, Value>>,
+    #[serde(default)]
+    pub usage_stats: Option<BTreeMap<String, BTreeMap<String, Value>>>,
+}
+
+/// What one turn did.
+#[derive(Clone, Debug)]
+pub struct TurnReport {
+    pub number: usize,
+    pub at_ms: u64,
+    pub note: Option<String>,
+    pub op: Option<String>,
+    pub attempts: Vec<AttemptRecord>,
+    pub decisions: Vec<Decision>,
+    pub notices: Vec<String>,
+    /// `Ok((model, reply))` or `Err(message)`.
+    pub result: Result<(String, String), String>,
+    pub soonest_expiry: Option<u64>,
+    pub session: Value,
+    /// Profiles cooling or disabled after the turn, readable.
+    pub blocked: Vec<String>,
+    pub mismatches: Vec<String>,
+}
+
+/// A whole simulation.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub name: String,
+    pub description: Option<String>,
+    pub turns: Vec<TurnReport>,
+    pub final_session: Value,
+    pub final_usage_stats: Value,
+}
+
+impl Report {
+    pub fn mismatches(&self) -> usize {
+        self.turns.iter().map(|t| t.mismatches.len()).sum()
+    }
+}
+
+/// Parses `+6m`, `30s`, `1h30m`, `500ms`, `2d`, `0`.
+pub fn parse_offset(text: &str) -> Result<u64, String> {
+    let t = text.trim().trim_start_matches('+').trim();
+    if t == "0" {
+        return Ok(0);
+    }
+    let mut total = 0u64;
+    let mut rest = t;
+    if rest.is_empty() {
+        return Err(format!(
+            "`{text}` is not a duration (write `+6m`, `30s`, `1h30m`)"
+        ));
+    }
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(format!(
+                "`{text}` is not a duration (write `+6m`, `30s`, `1h30m`)"
+            ));
+        }
+        let n: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("`{text}` is too large"))?;
+        rest = &rest[digits..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (1, 2)
+        } else if rest.starts_with('s') {
+            (SECOND_MS, 1)
+        } else if rest.starts_with('m') {
+            (MINUTE_MS, 1)
+        } else if rest.starts_with('h') {
+            (HOUR_MS, 1)
+        } else if rest.starts_with('d') {
+            (DAY_MS, 1)
+        } else {
+            return Err(format!(
+                "`{text}` needs a unit: ms, s, m, h or d (e.g. `+6m`)"
+            ));
+        };
+        total += n * unit;
+        rest = &rest[len..];
+    }
+    Ok(total)
+}
+
+/// `+5m`, `+0s`: a time relative to the scenario start.
+pub fn rel(ms: u64) -> String {
+    let d = ms.saturating_sub(SCENARIO_START_MS);
+    if d == 0 {
+        "+0s".into()
+    } else {
+        format!("+{}", format_span(d).replace(' ', ""))
+    }
+}
+
+/// Offsets (`"+1m"`) inside a `usageStats` value become epoch ms.
+fn absolutise(v: &mut Value) -> Result<(), String> {
+    match v {
+        Value::String(s) if s.starts_with('+') => {
+            *v = json!(SCENARIO_START_MS + parse_offset(s)?);
+        }
+        Value::Object(m) => {
+            for x in m.values_mut() {
+                absolutise(x)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Epoch values inside a `usageStats` value shown as offsets, for reading.
+fn relativise(v: &Value, key: &str) -> Value {
+    match v {
+        Value::Number(n)
+            if (key.ends_with("Until") || key.ends_with("At") || key == "lastUsed")
+                && n.as_u64().is_some_and(|x| x >= SCENARIO_START_MS - DAY_MS) =>
+        {
+            json!(rel(n.as_u64().unwrap_or(0)))
+        }
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, x)| (k.clone(), relativise(x, k)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// A scenario problem: the file cannot be simulated (exit 2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScenarioError(pub String);
+
+impl std::fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+fn bad(msg: impl Into<String>) -> ScenarioError {
+    ScenarioError(msg.into())
+}
+
+/// Reads and runs a scenario file.
+pub fn simulate_file(path: &Path, engine: Arc<Engine>) -> Result<Report, ScenarioError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        bad(format!(
+            "cannot read `{}`: {}",
+            path.display(),
+            crate::load::plain_io(&e)
+        ))
+    })?;
+    let scenario: Scenario =
+        serde_yaml::from_str(&text).map_err(|e| bad(format!("`{}`: {e}", path.display())))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    simulate(
+        &scenario,
+        &name,
+        path.parent().unwrap_or(Path::new(".")),
+        engine,
+    )
+}
+
+fn load_config(s: &Scenario, base: &Path) -> Result<GatewayConfig, ScenarioError> {
+    let loaded = match &s.config {
+        serde_yaml::Value::String(p) => GatewayConfig::load(&base.join(p)),
+        v => {
+            let text = serde_yaml::to_string(v).map_err(|e| bad(e.to_string()))?;
+            GatewayConfig::parse(&text, Format::Yaml, "scenario config")
+        }
+    };
+    loaded.map(|l| l.config).map_err(|e| {
+        bad(format!(
+            "the scenario's config has problems:\n{}",
+            crate::config::render_problems(&e.problems, &e.name, &e.text)
+        ))
+    })
+}
+
+fn build_store(s: &Scenario) -> Result<MemoryStore, ScenarioError> {
+    let mut problems = Vec::new();
+    let here = Path::new("scenario");
+    let mut profs = Map::new();
+    for (id, v) in &s.profiles {
+        let v = match v {
+            // Shorthand: `openai:default: sk-fake` is an API key.
+            Value::String(key) => {
+                let provider = id.split(':').next().unwrap_or(id);
+                json!({"type": "api_key", "provider": provider, "key": key})
+            }
+            other => other.clone(),
+        };
+        profs.insert(id.clone(), v);
+    }
+    let profiles = AuthProfiles::from_json(
+        json!({"version": 1, "profiles": profs}),
+        here,
+        &mut problems,
+    )
+    .map_err(|e| bad(format!("profiles: {e}")))?;
+    let mut stats = s.usage_stats.clone().unwrap_or(json!({}));
+    absolutise(&mut stats).map_err(bad)?;
+    let state = AuthState::from_json(
+        json!({"version": 1, "usageStats": stats}),
+        here,
+        &mut problems,
+    )
+    .map_err(|e| bad(format!("usageStats: {e}")))?;
+    let mut sessions = Map::new();
+    if let Some(e) = &s.session {
+        sessions.insert(s.session_key.clone(), e.clone());
+    }
+    let sessions = SessionStore::from_json(Value::Object(sessions), here, &mut problems)
+        .map_err(|e| bad(format!("session: {e}")))?;
+    if let Some(p) = problems.first() {
+        return Err(bad(p.to_string()));
+    }
+    Ok(MemoryStore::new("main")
+        .with_profiles(profiles)
+        .with_state(state)
+        .with_sessions(sessions))
+}
+
+/// The outcome list of a turn, consumed as attempts arrive.
+struct Script {
+    outcomes: Vec<(Scripted, bool)>,
+}
+
+impl Script {
+    fn take(&mut self, model: &str, profile: Option<&str>) -> Option<Scripted> {
+        let full = format!("{model}@{}", profile.unwrap_or("-"));
+        let slot = self
+            .outcomes
+            .iter_mut()
+            .find(|(o, used)| !*used && (o.target == model || o.target == full))?;
+        slot.1 = true;
+        Some(slot.0.clone())
+    }
+}
+
+fn to_failure(e: &ScriptedError, now: u64) -> Result<ProviderFailure, String> {
+    Ok(ProviderFailure {
+        status: e.status,
+        code: e.code.clone(),
+        error_type: e.error_type.clone(),
+        message: e.message.clone(),
+        body: e.body.as_ref().map(|b| match b {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }),
+        reset_at: match &e.reset_after {
+            Some(r) => Some(now + parse_offset(r)?),
+            None => None,
+        },
+    })
+}
+
+/// `model[@profile] outcome [reason]`.
+pub fn attempt_line(a: &AttemptRecord, with_profile: bool) -> String {
+    let mut s = a.model_ref();
+    if with_profile {
+        if let Some(p) = &a.profile_id {
+            s.push('@');
+            s.push_str(p);
+        }
+    }
+    let outcome = match a.outcome {
+        AttemptOutcome::Succeeded => "succeeded",
+        AttemptOutcome::Failed => "failed",
+        AttemptOutcome::Skipped => "skipped",
+        AttemptOutcome::Switched => "switched",
+    };
+    s.push(' ');
+    s.push_str(outcome);
+    if let Some(r) = &a.reason {
+        s.push(' ');
+        s.push_str(r);
+    }
+    s
+}
+
+/// Runs a parsed scenario. `base` resolves a config path.
+pub fn simulate(
+    s: &Scenario,
+    name: &str,
+    base: &Path,
+    engine: Arc<Engine>,
+) -> Result<Report, ScenarioError> {
+    let config = load_config(s, base)?;
+    let store = Arc::new(build_store(s)?);
+    let clock = Arc::new(ManualClock::new(SCENARIO_START_MS));
+    let runner = Runner::new(engine, Arc::new(config), store.clone())
+        .map_err(|e| bad(e.to_string()))?
+        .with_clock(clock.clone())
+        .with_sleeper(Arc::new(VirtualSleeper(clock.clone())))
+        .with_skip_ttl_ms(s.skip_ttl_ms);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| bad(format!("cannot start the runtime: {e}")))?;
+    let key = s.session_key.clone();
+    let mut turns = Vec::new();
+    for (idx, turn) in s.turns.iter().enumerate() {
+        let number = idx + 1;
+        let at = match &turn.at {
+            Some(a) => {
+                SCENARIO_START_MS
+                    + parse_offset(a).map_err(|e| bad(format!("turn {number}: {e}")))?
+            }
+            None => clock.now_ms(),
+        };
+        if at > clock.now_ms() {
+            clock.set(at);
+        }
+        let mut request = RunRequest::session(key.clone());
+        request.agent = s.agent.clone();
+        if let Some(op) = &turn.op {
+            let op = op.trim();
+            let (cmd, arg) = op.split_once(' ').map_or((op, ""), |(c, a)| (c, a.trim()));
+            match cmd {
+                "/new" | "/reset" | "sessions.reset" => {
+                    runner.reset_session(&key).map_err(|e| bad(e.to_string()))?;
+                    request.new_session = true;
+                }
+                "/model" => {
+                    let (m, p) = arg.split_once('@').map_or((arg, None), |(m, p)| (m, Some(p)));
+                    let model = ModelRef::parse(m)
+                        .map_err(|e| bad(format!("turn {number}: `/model`: {e}")))?;
+                    runner
+                        .set_user_model(&key, &model, p)
+                        .map_err(|e| bad(e.to_string()))?;
+                }
+                other => {
+                    return Err(bad(format!(
+                        "turn {number}: unknown operation `{other}` (use `/model provider/model[@profile]`, `/new`, `/reset` or `sessions.reset`)"
+                    )))
+                }
+            }
+        }
+        let script = Mutex::new(Script {
+            outcomes: turn.outcomes.iter().cloned().map(|o| (o, false)).collect(),
+        });
+        let script_err: Mutex<Option<String>> = Mutex::new(None);
+        let clock2 = clock.clone();
+        let result = rt.block_on(runner.run(&request, |a| {
+            let model = format!("{}/{}", a.provider, a.model);
+            let scripted = script
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(&model, a.profile_id.as_deref());
+            let out = match scripted {
+                None => Ok(format!("reply from {model}")),
+                Some(o) => {
+                    if let Some(d) = &o.delay {
+                        match parse_offset(d) {
+                            Ok(ms) => clock2.advance(ms),
+                            Err(e) => {
+                                *script_err.lock().unwrap_or_else(|x| x.into_inner()) = Some(e)
+                            }
+                        }
+                    }
+                    if let Some(target) = &o.live_switch {
+                        let (p, m) = target.split_once('/').unwrap_or((target, ""));
+                        Err(AttemptError::LiveSessionModelSwitch {
+                            provider: p.into(),
+                            model: m.into(),
+                        })
+                    } else if let Some(e) = &o.error {
+                        match to_failure(e, clock2.now_ms()) {
+                            Ok(f) => Err(AttemptError::Provider(f)),
+                            Err(e) => {
+                                *script_err.lock().unwrap_or_else(|x| x.into_inner()) = Some(e);
+                                Ok(String::new())
+                            }
+                        }
+                    } else {
+                        Ok(o.reply
+                            .clone()
+                            .unwrap_or_else(|| format!("reply from {model}")))
+                    }
+                }
+            };
+            std::future::ready(out)
+        }));
+        if let Some(e) = script_err.into_inner().unwrap_or_else(|x| x.into_inner()) {
+            return Err(bad(format!("turn {number}: {e}")));
+        }
+        let session = store
+            .load_sessions()
+            .map_err(|e| bad(e.to_string()))?
+            .to_json()
+            .get(&key)
+            .cloned()
+            .unwrap_or(json!({}));
+        let (attempts, decisions, notices, result, soonest) = match result {
+            Ok(o) => (
+                o.attempts.clone(),
+                o.decisions.clone(),
+                o.notices.iter().map(|n| n.to_string()).collect(),
+                Ok((o.model_ref(), o.value)),
+                None,
+            ),
+            Err(e) => {
+                let soonest = match &e {
+                    RunError::Summary(s) => s.soonest_cooldown_expiry,
+                    _ => None,
+                };
+                (
+                    e.attempts().to_vec(),
+                    e.decisions().to_vec(),
+                    Vec::new(),
+                    Err(e.to_string()),
+                    soonest,
+                )
+            }
+        };
+        let now = clock.now_ms();
+        let blocked = store
+            .load_state()
+            .map_err(|e| bad(e.to_string()))?
+            .usage_stats
+            .iter()
+            .filter_map(|(id, st)| {
+                let b = crate::auth::block_for(st, None, now)?;
+                Some(match b {
+                    crate::auth::Block::Cooling {
+                        until,
+                        model,
+                        reason,
+                    } => format!(
+                        "{id} cooling until {}{}{}",
+                        rel(until),
+                        model.map(|m| format!(" for {m}")).unwrap_or_default(),
+                        reason.map(|r| format!(" ({r})")).unwrap_or_default()
+                    ),
+                    crate::auth::Block::Disabled { until, reason } => format!(
+                        "{id} disabled until {}{}",
+                        rel(until),
+                        reason.map(|r| format!(" ({r})")).unwrap_or_default()
+                    ),
+                })
+            })
+            .collect();
+        let mut report = TurnReport {
+            blocked,
+            number,
+            at_ms: at,
+            note: turn.note.clone(),
+            op: turn.op.clone(),
+            attempts,
+            decisions,
+            notices,
+            result,
+            soonest_expiry: soonest,
+            session,
+            mismatches: Vec::new(),
+        };
+        if let Some(x) = &turn.expect {
+            let stats = store
+                .load_state()
+                .map_err(|e| bad(e.to_string()))?
+                .to_json();
+            report.mismatches = check(x, &report, &stats);
+        }
+        turns.push(report);
+    }
+    let state = store
+        .load_state()
+        .map_err(|e| bad(e.to_string()))?
+        .to_json();
+    let final_session = turns.last().map_or(json!({}), |t| t.session.clone());
+    Ok(Report {
+        name: name.into(),
+        description: s.description.clone(),
+        turns,
+        final_session,
+        final_usage_stats: relativise(state.get("usageStats").unwrap_or(&json!({})), "usageStats"),
+    })
+}
+
+fn list_diff(what: &str, expected: &[String], actual: &[String]) -> Option<String> {
+    if expected == actual {
+        return None;
+    }
+    let mut s = format!("{what} differ:\n");
+    for e in expected {
+        let _ = writeln!(s, "    - {e}");
+    }
+    for a in actual {
+        let _ = writeln!(s, "    + {a}");
+    }
+    Some(s.trim_end().to_string())
+}
+
+fn check(x: &Expect, r: &TurnReport, state: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(want) = &x.attempts {
+        let got: Vec<String> = r
+            .attempts
+            .iter()
+            .zip(want.iter().map(Some).chain(std::iter::repeat(None)))
+            .map(|(a, w)| attempt_line(a, w.is_some_and(|w| w.contains('@'))))
+            .collect();
+        out.extend(list_diff("attempts", want, &got));
+    }
+    if let Some(want) = &x.notices {
+        out.extend(list_diff("notices", want, &r.notices));
+    }
+    if let Some(want) = &x.result {
+        let got = if r.result.is_ok() { "ok" } else { "error" };
+        if want != got {
+            out.push(format!("result: expected `{want}`, got `{got}`"));
+        }
+    }
+    if let Some(want) = &x.model {
+        match &r.result {
+            Ok((m, _)) if m == want => {}
+            Ok((m, _)) => out.push(format!("model: expected `{want}`, got `{m}`")),
+            Err(_) => out.push(format!("model: expected `{want}`, but the turn failed")),
+        }
+    }
+    if let Some(want) = &x.error {
+        match &r.result {
+            Err(e) if e == want => {}
+            Err(e) => out.push(format!("error:\n    - {want}\n    + {e}")),
+            Ok(_) => out.push(format!("error: expected `{want}`, but the turn succeeded")),
+        }
+    }
+    if let Some(fields) = &x.session {
+        for (k, want) in fields {
+            let got = r.session.get(k).cloned().unwrap_or(Value::Null);
+            if got != *want {
+                out.push(format!("session.{k}: expected {want}, got {got}"));
+            }
+        }
+    }
+    if let Some(profiles) = &x.usage_stats {
+        for (id, fields) in profiles {
+            for (k, want) in fields {
+                let mut want = want.clone();
+                if absolutise(&mut want).is_err() {
+                    out.push(format!("usageStats.{id}.{k}: bad expected value {want}"));
+                    continue;
+                }
+                let got = state
+                    .pointer(&format!(
+                        "/usageStats/{}/{k}",
+                        id.replace('~', "~0").replace('/', "~1")
+                    ))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                if got != want {
+                    out.push(format!(
+                        "usageStats.{id}.{k}: expected {}, got {}",
+                        relativise(&want, k),
+                        relativise(&got, k)
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The human timeline.
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "scenario {}", r.name);
+    if let Some(d) = &r.description {
+        let _ = writeln!(s, "  {}", d.trim().replace('\n', "\n  "));
+    }
+    for t in &r.turns {
+        let _ = write!(s, "\nturn {} at {}", t.number, rel(t.at_ms));
+        if let Some(n) = &t.note {
+            let _ = write!(s, " — {n}");
+        }
+        s.push('\n');
+        if let Some(op) = &t.op {
+            let _ = writeln!(s, "  op        {op}");
+        }
+        for (i, a) in t.attempts.iter().enumerate() {
+            let _ = write!(
+                s,
+                "  attempt {} {} {}",
+                i + 1,
+                rel(a.at_ms),
+                attempt_line(a, true)
+            );
+            if a.probe {
+                s.push_str(" (probe)");
+            }
+            if let Some(rule) = &a.rule {
+                let _ = write!(s, " rule {rule}");
+            }
+            if let Some(st) = a.status {
+                let _ = write!(s, " HTTP {st}");
+            }
+            if let Some(e) = &a.error {
+                let _ = write!(s, ": {e}");
+            }
+            s.push('\n');
+        }
+        for d in &t.decisions {
+            let _ = write!(s, "  decision  {} {}", d.decision.name(), d.from_model);
+            if let Some(to) = &d.to_model {
+                let _ = write!(s, " → {to}");
+            }
+            let _ = writeln!(s, " ({})", d.outcome.name());
+        }
+        for n in &t.notices {
+            let _ = writeln!(s, "  notice    {n}");
+        }
+        match &t.result {
+            Ok((m, v)) => {
+                let _ = writeln!(s, "  result    ok {m}: {v}");
+            }
+            Err(e) => {
+                let _ = writeln!(s, "  result    error: {e}");
+                if let Some(x) = t.soonest_expiry {
+                    let _ = writeln!(s, "  soonest   {}", rel(x));
+                }
+            }
+        }
+        let owned: Vec<String> = t
+            .session
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| format!("{k}={}", relativise(v, k)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !owned.is_empty() {
+            let _ = writeln!(s, "  session   {}", owned.join(" "));
+        }
+        for b in &t.blocked {
+            let _ = writeln!(s, "  profile   {b}");
+        }
+        for m in &t.mismatches {
+            let _ = writeln!(s, "  MISMATCH  {m}");
+        }
+    }
+    let _ = writeln!(s, "\nfinal state");
+    let _ = writeln!(
+        s,
+        "  session     {}",
+        serde_json::to_string(&relativise(&r.final_session, "session")).unwrap_or_default()
+    );
+    if let Some(m) = r.final_usage_stats.as_object() {
+        for (id, v) in m {
+            let _ = writeln!(
+                s,
+                "  usageStats  {id} {}",
+                serde_json::to_string(v).unwrap_or_default()
+            );
+        }
+    }
+    let n = r.mismatches();
+    if n == 0 {
+        let _ = writeln!(s, "\nok: every expectation held");
+    } else {
+        let _ = writeln!(s, "\nfailed: {n} expectation(s) did not hold");
+    }
+    s
+}
+
+/// The report as JSON (`--json`).
+pub fn to_json(r: &Report) -> Value {
+    json!({
+        "scenario": r.name,
+        "ok": r.mismatches() == 0,
+        "turns": r.turns.iter().map(|t| json!({
+            "turn": t.number,
+            "at": rel(t.at_ms),
+            "op": t.op,
+            "attempts": t.attempts,
+            "decisions": t.decisions,
+            "notices": t.notices,
+            "result": match &t.result {
+                Ok((m, v)) => json!({"ok": true, "model": m, "value": v}),
+                Err(e) => json!({"ok": false, "error": e}),
+            },
+            "soonestCooldownExpiry": t.soonest_expiry.map(rel),
+            "session": t.session,
+            "blocked": t.blocked,
+            "mismatches": t.mismatches,
+        })).collect::<Vec<_>>(),
+        "final": {"session": r.final_session, "usageStats": r.final_usage_stats},
+    })
+}

@@ -1,0 +1,423 @@
+//! The values that go in and out of a run: what the caller's attempt
+//! function receives and returns, what every attempt and decision records,
+//! and the two ways a run ends.
+
+use std::fmt;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::classify::{Body, ProviderError};
+use crate::store::Profile;
+
+/// One model call the runner asks the caller to make.
+#[derive(Clone)]
+pub struct Attempt {
+    pub provider: String,
+    pub model: String,
+    /// The auth profile to use; `None` for a provider without profiles.
+    pub profile_id: Option<String>,
+    /// The stored credential of `profile_id`. Its secrets hide from `Debug`.
+    pub profile: Option<Profile>,
+    /// 1-based, over the whole run.
+    pub number: usize,
+    /// This attempt probes a provider whose profiles are all cooling (R10).
+    pub probe: bool,
+}
+
+impl fmt::Debug for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The credential is left out entirely: even its shape says nothing
+        // a log reader needs.
+        f.debug_struct("Attempt")
+            .field("provider", &self.provider)
+            .field("model", &self.model)
+            .field("profile_id", &self.profile_id)
+            .field("number", &self.number)
+            .field("probe", &self.probe)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A provider error, owned, as the caller's attempt function reports it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ProviderFailure {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The response body, raw (JSON is parsed by the classifier).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// An exact reset time the provider reported (epoch ms, R6.7).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reset_at: Option<u64>,
+}
+
+impl ProviderFailure {
+    pub fn message(message: impl Into<String>) -> Self {
+        ProviderFailure {
+            message: Some(message.into()),
+            ..Default::default()
+        }
+    }
+
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    pub fn with_body(mut self, body: impl Into<String>) -> Self {
+        self.body = Some(body.into());
+        self
+    }
+
+    /// The borrowed form the classifier reads.
+    pub fn as_provider_error<'a>(&'a self, provider: &'a str, model: &'a str) -> ProviderError<'a> {
+        ProviderError {
+            provider: Some(provider),
+            model: Some(model),
+            status: self.status,
+            code: self.code.as_deref(),
+            error_type: self.error_type.as_deref(),
+            message: self.message.as_deref(),
+            body: self.body.as_deref().map(Body::Text),
+        }
+    }
+
+    /// A one-line text of the error: the message, else the body, else the
+    /// status.
+    pub fn text(&self) -> String {
+        if let Some(m) = self.message.as_deref().filter(|m| !m.trim().is_empty()) {
+            return m.trim().to_string();
+        }
+        if let Some(b) = self.body.as_deref().filter(|b| !b.trim().is_empty()) {
+            return b.trim().to_string();
+        }
+        match (self.status, &self.code) {
+            (Some(s), _) => format!("HTTP {s}"),
+            (None, Some(c)) => c.clone(),
+            (None, None) => "empty response".into(),
+        }
+    }
+}
+
+impl fmt::Display for ProviderFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text())
+    }
+}
+
+impl std::error::Error for ProviderFailure {}
+
+/// What an attempt function returns instead of a value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttemptError {
+    /// The provider failed; the runner classifies it.
+    Provider(ProviderFailure),
+    /// The session's model was switched live (R11.6, REFERENCE f): the
+    /// attempt was abandoned for `provider/model`.
+    LiveSessionModelSwitch { provider: String, model: String },
+}
+
+impl From<ProviderFailure> for AttemptError {
+    fn from(f: ProviderFailure) -> Self {
+        AttemptError::Provider(f)
+    }
+}
+
+/// How one attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    Succeeded,
+    Failed,
+    /// Not tried: the candidate was skipped (cooldown, skip cache, …).
+    Skipped,
+    /// Abandoned for a later candidate by a live model switch.
+    Switched,
+}
+
+/// One attempt (or skipped candidate) of a run (R14.1). Holds a profile
+/// *id*, never a secret; error texts are scrubbed of every stored secret.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AttemptRecord {
+    pub provider: String,
+    pub model: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile_id: Option<String>,
+    pub outcome: AttemptOutcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The deciding rule's id (`None`: no rule matched, or a skip).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// A readable summary of the error or of why the candidate was skipped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub probe: bool,
+    pub at_ms: u64,
+}
+
+impl AttemptRecord {
+    pub fn model_ref(&self) -> String {
+        format!("{}/{}", self.provider, self.model)
+    }
+
+    /// Counts as a failure in the summary (tried and failed, or skipped).
+    pub fn is_failure(&self) -> bool {
+        !matches!(self.outcome, AttemptOutcome::Succeeded)
+    }
+}
+
+/// The kind of a `model_fallback_decision` event (REFERENCE g).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionKind {
+    SkipCandidate,
+    ProbeCooldownCandidate,
+    CandidateFailed,
+    CandidateSucceeded,
+    LiveSwitch,
+}
+
+impl DecisionKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            DecisionKind::SkipCandidate => "skip_candidate",
+            DecisionKind::ProbeCooldownCandidate => "probe_cooldown_candidate",
+            DecisionKind::CandidateFailed => "candidate_failed",
+            DecisionKind::CandidateSucceeded => "candidate_succeeded",
+            DecisionKind::LiveSwitch => "live_switch",
+        }
+    }
+}
+
+/// `fallbackStepFinalOutcome` (REFERENCE g).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepOutcome {
+    NextFallback,
+    Succeeded,
+    ChainExhausted,
+    /// A probe is about to run (no step is finished yet).
+    Probing,
+    /// The run stops on this error (a `stop` reason, a handoff, R16.8).
+    Stopped,
+}
+
+impl StepOutcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            StepOutcome::NextFallback => "next_fallback",
+            StepOutcome::Succeeded => "succeeded",
+            StepOutcome::ChainExhausted => "chain_exhausted",
+            StepOutcome::Probing => "probing",
+            StepOutcome::Stopped => "stopped",
+        }
+    }
+}
+
+/// One `model_fallback_decision` (R14.2), also emitted through `tracing`
+/// with the flat `fallbackStep*` fields.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Decision {
+    pub decision: DecisionKind,
+    /// `fallbackStepFromModel`.
+    pub from_model: String,
+    /// `fallbackStepToModel`: the next candidate, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to_model: Option<String>,
+    /// `fallbackStepFromFailureReason`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `fallbackStepFromFailureDetail` (≤ 400 characters, scrubbed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// `fallbackStepChainPosition` (1-based).
+    pub position: usize,
+    /// `fallbackStepFinalOutcome`.
+    pub outcome: StepOutcome,
+}
+
+/// An operational message for the reply surface (R13.3): not assistant
+/// content, never spoken, never a first reply slot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Notice {
+    /// `↪️ Model Fallback: <fallback> (selected <primary>; <reason>)`.
+    FallbackStarted {
+        selected: String,
+        active: String,
+        reason: String,
+    },
+    /// `↪️ Model Fallback cleared: <primary> (was <fallback>)`.
+    FallbackCleared { selected: String, previous: String },
+}
+
+impl fmt::Display for Notice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Notice::FallbackStarted {
+                selected,
+                active,
+                reason,
+            } => write!(
+                f,
+                "↪️ Model Fallback: {active} (selected {selected}; {reason})"
+            ),
+            Notice::FallbackCleared { selected, previous } => {
+                write!(f, "↪️ Model Fallback cleared: {selected} (was {previous})")
+            }
+        }
+    }
+}
+
+/// A successful run.
+#[derive(Clone, Debug)]
+pub struct RunOutput<T> {
+    /// The caller's value, untouched.
+    pub value: T,
+    pub provider: String,
+    pub model: String,
+    pub profile_id: Option<String>,
+    pub attempts: Vec<AttemptRecord>,
+    pub decisions: Vec<Decision>,
+    /// Operational messages, separate from `value` (R13.3).
+    pub notices: Vec<Notice>,
+}
+
+impl<T> RunOutput<T> {
+    pub fn model_ref(&self) -> String {
+        format!("{}/{}", self.provider, self.model)
+    }
+}
+
+/// Every candidate failed (R14.3). The message is `All models failed (N):
+/// provider/model: error (reason) | …` (R16.9); with one attempt it is that
+/// attempt's error.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FallbackSummaryError {
+    pub attempts: Vec<AttemptRecord>,
+    /// The soonest moment a candidate of the chain becomes usable, model
+    /// aware (R14.4), epoch ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soonest_cooldown_expiry: Option<u64>,
+    pub session: String,
+    #[serde(skip)]
+    pub decisions: Vec<Decision>,
+}
+
+impl fmt::Display for FallbackSummaryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let [only] = self.attempts.as_slice() {
+            return f.write_str(only.error.as_deref().unwrap_or("failed"));
+        }
+        write!(f, "All models failed ({}): ", self.attempts.len())?;
+        for (i, a) in self.attempts.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" | ")?;
+            }
+            write!(
+                f,
+                "{}: {} ({})",
+                a.model_ref(),
+                a.error.as_deref().unwrap_or("failed"),
+                a.reason
+                    .as_deref()
+                    .unwrap_or(crate::compile::reasons::UNCLASSIFIED)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for FallbackSummaryError {}
+
+/// Why a run ended without a value.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The error is surfaced as it is: a reason declared `stop` or
+    /// `handoff` (R9.2, R9.3), an unrecognised error on the last candidate
+    /// (R16.8), or the only attempt of the run.
+    #[error("{}", .error.text_scrubbed)]
+    Provider { error: Box<SurfacedError> },
+    /// Every candidate failed or was skipped (R14.3).
+    #[error("{0}")]
+    Summary(FallbackSummaryError),
+    /// No chain could be built (no model selected, unknown agent).
+    #[error("{0}")]
+    Chain(#[from] crate::policy::ChainError),
+    /// The state could not be read or written.
+    #[error("{0}")]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// A provider error handed back to the caller unchanged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SurfacedError {
+    pub provider: String,
+    pub model: String,
+    /// The original error, as the attempt function returned it (with any
+    /// stored secret a provider echoed replaced by `<redacted>`, R16.11).
+    pub failure: ProviderFailure,
+    /// The error text with stored secrets scrubbed (what `Display` shows).
+    pub text_scrubbed: String,
+    pub reason: String,
+    /// `handoff NAME` of the reason (`compaction` for context overflow).
+    pub handoff: Option<String>,
+    pub attempts: Vec<AttemptRecord>,
+    pub decisions: Vec<Decision>,
+}
+
+impl RunError {
+    /// Every attempt the run made, when it got that far.
+    pub fn attempts(&self) -> &[AttemptRecord] {
+        match self {
+            RunError::Provider { error } => &error.attempts,
+            RunError::Summary(s) => &s.attempts,
+            _ => &[],
+        }
+    }
+
+    /// Every decision the run logged.
+    pub fn decisions(&self) -> &[Decision] {
+        match self {
+            RunError::Provider { error } => &error.decisions,
+            RunError::Summary(s) => &s.decisions,
+            _ => &[],
+        }
+    }
+
+    /// The reason of the surfaced error (`Provider`) or of the last attempt.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            RunError::Provider { error } => Some(&error.reason),
+            RunError::Summary(s) => s.attempts.last().and_then(|a| a.reason.as_deref()),
+            _ => None,
+        }
+    }
+}
+
+/// A JSON value of a notice list, for the CLI.
+pub fn notices_json(notices: &[Notice]) -> Value {
+    Value::Array(
+        notices
+            .iter()
+            .map(|n| Value::String(n.to_string()))
+            .collect(),
+    )
+}

@@ -1,0 +1,150 @@
+//! `failover simulate`: every shipped scenario holds its expectations, the
+//! rate-limit-recovery timeline is snapshotted, mismatches and bad files
+//! are reported.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use failover::run::scenario::simulate_file;
+use failover::Engine;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_failover"))
+}
+
+// SPEC R6–R14: one scenario per section, each with `expect:`.
+#[test]
+fn every_scenario_holds() {
+    let engine = Arc::new(Engine::builtin());
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/scenarios");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 9, "{files:?}");
+    for f in files {
+        let report = simulate_file(&f, engine.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let with_expect = std::fs::read_to_string(&f).unwrap().contains("expect:");
+        assert!(with_expect, "{} has no expect:", f.display());
+        assert_eq!(
+            report.mismatches(),
+            0,
+            "{}:\n{}",
+            f.display(),
+            failover::run::scenario::render(&report)
+        );
+    }
+}
+
+#[test]
+fn rate_limit_recovery_timeline() {
+    let out = bin()
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["simulate", "examples/scenarios/rate-limit-recovery.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    insta::assert_snapshot!("simulate_rate_limit_recovery", text);
+}
+
+#[test]
+fn json_output_parses() {
+    let out = bin()
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["simulate", "examples/scenarios/r14-summary.yaml", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["turns"][0]["result"]["ok"], false);
+    assert_eq!(v["turns"][0]["attempts"][0]["reason"], "rate_limit");
+    assert_eq!(v["turns"][0]["soonestCooldownExpiry"], "+1m");
+}
+
+fn scenario_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("failover-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+// A failed expectation exits 1 with a readable diff.
+#[test]
+fn mismatch_exits_1_with_a_diff() {
+    let p = scenario_file(
+        "mismatch.yaml",
+        "
+config: { agents: { defaults: { model: { primary: a/x, fallbacks: [b/y] } } } }
+profiles: { 'a:default': sk-fake-aaaa, 'b:default': sk-fake-bbbb }
+turns:
+  - outcomes: [{ match: a/x, error: { status: 429, message: slow down } }]
+    expect:
+      attempts: [a/x failed overloaded, b/y succeeded]
+      model: a/x
+",
+    );
+    let out = bin().arg("simulate").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("MISMATCH  attempts differ:\n    - a/x failed overloaded\n    - b/y succeeded\n    + a/x failed rate_limit\n    + b/y succeeded"), "{text}");
+    assert!(
+        text.contains("MISMATCH  model: expected `a/x`, got `b/y`"),
+        "{text}"
+    );
+    assert!(text.contains("failed: 2 expectation(s) did not hold"));
+}
+
+// Bad input: a missing file, an unknown key, a bad operation exit 2.
+#[test]
+fn bad_scenarios_exit_2() {
+    let out = bin()
+        .args(["simulate", "/nonexistent/x.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let p = scenario_file(
+        "bad.yaml",
+        "config: { agents: { defaults: { model: { primary: a/x } } } }\nturns: [{ opp: /new }]\n",
+    );
+    let out = bin().arg("simulate").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown field `opp`"));
+    let p = scenario_file(
+        "badop.yaml",
+        "config: { agents: { defaults: { model: { primary: a/x } } } }\nturns: [{ op: /frob }]\n",
+    );
+    let out = bin().arg("simulate").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown operation `/frob`"));
+}
+
+// R16.11: fake secrets never reach the timeline.
+#[test]
+fn r16_11_no_secret_in_timeline() {
+    let p = scenario_file(
+        "secret.yaml",
+        "
+config: { agents: { defaults: { model: { primary: a/x, fallbacks: [b/y] } } } }
+profiles: { 'a:default': sk-fake-SECRET-aaaa, 'b:default': sk-fake-SECRET-bbbb }
+turns:
+  - outcomes: [{ match: a/x, error: { status: 401, message: 'Incorrect API key provided: sk-fake-SECRET-aaaa' } }]
+",
+    );
+    for json in [false, true] {
+        let mut c = bin();
+        c.arg("simulate").arg(&p);
+        if json {
+            c.arg("--json");
+        }
+        let out = c.output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains("<redacted>"), "{text}");
+        assert!(!text.contains("SECRET"), "{text}");
+    }
+}
