@@ -363,7 +363,13 @@ pub fn render_report(report: &Report) -> String {
         .unwrap_or(4)
         .max(4);
     let _ = writeln!(out);
-    let lw = report.by_rule.iter().map(|(_, l, _)| l.len()).max().unwrap_or(5).max(5);
+    let lw = report
+        .by_rule
+        .iter()
+        .map(|(_, l, _)| l.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
     let _ = writeln!(
         out,
         "{:<width$} {:<lw$} {:>6} {:>7} {:>13}",
