@@ -3,8 +3,23 @@
 //! Operators describe what a provider error *means* and which selections may
 //! fall back in `.rules` files; the engine compiles them into one matcher.
 //! Read the stages in pipeline order: [`syntax`] → [`compile`] →
-//! [`classify`]. [`load`] finds rules files (embedded defaults, operator
-//! directories); [`diag`] renders problems.
+//! [`classify`] → [`policy`] (with [`config`]) → [`auth`] → [`store`] →
+//! [`run`]. [`load`] finds rules files (embedded defaults, operator
+//! directories); [`diag`] renders problems; [`golden`] runs golden cases;
+//! [`cli`] is the thin command line.
+//!
+//! ```
+//! use failover::{Engine, ProviderError};
+//!
+//! let engine = Engine::builtin();
+//! let c = engine.classify(
+//!     &ProviderError::message("Key limit exceeded")
+//!         .with_status(403)
+//!         .with_provider("openrouter"),
+//! );
+//! assert_eq!((c.reason, c.rule), ("billing", Some("billing.openrouter.key_limit")));
+//! assert!(c.failover);
+//! ```
 
 pub mod auth;
 pub mod classify;
