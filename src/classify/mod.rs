@@ -204,7 +204,13 @@ impl Engine {
         if let Some(ac) = &plan.atoms {
             for m in ac.find_overlapping_iter(lower.as_bytes()) {
                 let pid = m.pattern().as_usize();
-                hits[pid / 64] |= 1u64 << (pid % 64);
+                let bit = 1u64 << (pid % 64);
+                if hits[pid / 64] & bit != 0 {
+                    // Seen already: its rules are candidates (a message that
+                    // repeats an atom must not grow the list).
+                    continue;
+                }
+                hits[pid / 64] |= bit;
                 candidates.extend_from_slice(&plan.atom_rules[pid]);
                 if let Some(ex) = explain.as_deref_mut() {
                     let atom = &plan.atom_texts[pid];
