@@ -4,6 +4,8 @@
 //! provider. Every message, and the `Debug` of every value involved, is
 //! checked for the secret strings.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,16 +22,7 @@ const SECRETS: [&str; 4] = [
 ];
 
 fn temp_root(name: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let d = std::env::temp_dir().join(format!(
-        "failover-bad-{name}-{}-{nanos}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    support::temp_root("bad", name)
 }
 
 fn write(path: &Path, text: &str) {

@@ -7,6 +7,8 @@
 //! `threads_do_not_lose_updates` does the same with threads, each with its
 //! own store (its own file descriptions, so `flock` separates them too).
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -21,16 +23,7 @@ const UPDATES: u64 = 40;
 const NOW: u64 = 1_767_225_600_000;
 
 fn temp_root(name: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let d = std::env::temp_dir().join(format!(
-        "failover-conc-{name}-{}-{nanos}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    support::temp_root("conc", name)
 }
 
 fn cooldown() -> ReasonBehaviour {

@@ -10,6 +10,8 @@
 //! document, report no damage, and the next write must succeed and sweep
 //! the leftovers.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -18,16 +20,7 @@ use failover::store::{
 };
 
 fn temp_root(name: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let d = std::env::temp_dir().join(format!(
-        "failover-crash-{name}-{}-{nanos}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    support::temp_root("crash", name)
 }
 
 /// The old document.

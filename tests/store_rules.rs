@@ -2,6 +2,8 @@
 //! rules (`rules/00-reasons.rules`), state in a real file store, time from
 //! fixed instants. Plus property tests of the cooldown invariants.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -18,16 +20,7 @@ use proptest::prelude::*;
 const T0: u64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 
 fn temp_root(name: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let d = std::env::temp_dir().join(format!(
-        "failover-rules-{name}-{}-{nanos}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    support::temp_root("rules", name)
 }
 
 /// The default ruleset, compiled once for the whole test binary.
