@@ -220,7 +220,7 @@ impl Compiler<'_> {
             }
         }
 
-        let lints = shadow::lint(&rules, self.layers);
+        let lints = shadow::lint(&rules);
         self.diags.extend(lints);
         self.diags.extend(atoms::lint_slow_regexes(&rules));
 

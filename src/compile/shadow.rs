@@ -20,10 +20,9 @@
 use aho_corasick::AhoCorasick;
 
 use super::ir::{Expr, Rule, TextField, TextTest};
-use super::Layer;
 use crate::diag::{Code, Diagnostic};
 
-pub fn lint(rules: &[Rule], _layers: &[Layer]) -> Vec<Diagnostic> {
+pub fn lint(rules: &[Rule]) -> Vec<Diagnostic> {
     let conjs: Vec<Vec<&Expr>> = rules.iter().map(|r| conjunction(&r.cond)).collect();
 
     // Anchor of each rule: the literals one of which any later rule it
