@@ -71,7 +71,7 @@ pub struct Classification<'e> {
 /// What `--explain` shows: how the verdict was reached.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Explanation {
-    /// Atoms found in the message, in scan order (deduplicated).
+    /// Atoms found in the message, in the order found (deduplicated).
     pub atoms_hit: Vec<String>,
     /// Candidate rules verified, in order, and whether each held.
     pub verified: Vec<(RuleIdx, bool)>,
@@ -201,24 +201,20 @@ impl Engine {
         mut explain: Option<&mut Explanation>,
     ) {
         let plan = &self.plan;
-        if let Some(ac) = &plan.atoms {
-            for m in ac.find_overlapping_iter(lower.as_bytes()) {
-                let pid = m.pattern().as_usize();
+        if let Some(scanner) = &plan.atoms {
+            scanner.scan(lower.as_bytes(), |pid| {
                 let bit = 1u64 << (pid % 64);
                 if hits[pid / 64] & bit != 0 {
                     // Seen already: its rules are candidates (a message that
                     // repeats an atom must not grow the list).
-                    continue;
+                    return;
                 }
                 hits[pid / 64] |= bit;
                 candidates.extend_from_slice(&plan.atom_rules[pid]);
                 if let Some(ex) = explain.as_deref_mut() {
-                    let atom = &plan.atom_texts[pid];
-                    if !ex.atoms_hit.contains(atom) {
-                        ex.atoms_hit.push(atom.clone());
-                    }
+                    ex.atoms_hit.push(plan.atom_texts[pid].clone());
                 }
-            }
+            });
         }
         if let Some(s) = status {
             candidates.extend_from_slice(&plan.by_status[(s - 100) as usize]);

@@ -16,7 +16,8 @@
 
 use std::collections::HashMap;
 
-use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
+use aho_corasick::automaton::Automaton;
+use aho_corasick::{Anchored, MatchKind};
 
 use super::atoms::{route_keys, usable_atom, Key};
 use super::ir::{Expr, Rule, TextField, TextTest};
@@ -27,7 +28,7 @@ pub type RuleIdx = u32;
 #[derive(Debug)]
 pub struct Plan {
     /// One automaton over every atom, lower-cased.
-    pub(crate) atoms: Option<AhoCorasick>,
+    pub(crate) atoms: Option<Scanner>,
     /// Atom pattern id → the rules it makes candidates.
     pub(crate) atom_rules: Vec<Vec<RuleIdx>>,
     /// The atom texts, for `--explain`.
@@ -109,18 +110,7 @@ impl Plan {
             });
         }
 
-        let atoms = (!patterns.is_empty()).then(|| {
-            AhoCorasick::builder()
-                .match_kind(MatchKind::Standard)
-                .kind(Some(AhoCorasickKind::DFA))
-                .build(&patterns)
-                .or_else(|_| {
-                    AhoCorasick::builder()
-                        .match_kind(MatchKind::Standard)
-                        .build(&patterns)
-                })
-                .expect("literal patterns always build")
-        });
+        let atoms = (!patterns.is_empty()).then(|| Scanner::build(&patterns));
         let atom_texts = patterns
             .iter()
             .map(|p| String::from_utf8_lossy(p).into_owned())
@@ -161,6 +151,114 @@ fn visit_literals(expr: &mut Expr, f: &mut impl FnMut(&mut super::ir::Literal)) 
             ls.iter_mut().for_each(f)
         }
         _ => {}
+    }
+}
+
+/// The atom automaton and its scan loop.
+///
+/// The scan needs every atom that occurs (overlapping matches), and it is
+/// the largest cost of a classification: one dependent table load per
+/// byte. Long messages are therefore scanned as two halves at once, two
+/// independent chains of loads the CPU overlaps: the first half runs
+/// `longest atom − 1` bytes past the middle, so an occurrence that starts
+/// before the middle is seen whole by the first chain and one that starts
+/// after it by the second. An occurrence may be reported twice; callers
+/// keep a set.
+#[derive(Debug)]
+pub(crate) enum Scanner {
+    Dfa {
+        dfa: aho_corasick::dfa::DFA,
+        longest: usize,
+    },
+    /// When the DFA would be too large (hundreds of thousands of atoms).
+    Nfa {
+        nfa: aho_corasick::nfa::contiguous::NFA,
+        longest: usize,
+    },
+}
+
+/// Below this length a message is scanned as one piece.
+const SPLIT_SCAN_MIN: usize = 128;
+
+impl Scanner {
+    fn build(patterns: &[Vec<u8>]) -> Scanner {
+        let longest = patterns.iter().map(Vec::len).max().unwrap_or(0);
+        match aho_corasick::dfa::DFA::builder()
+            .match_kind(MatchKind::Standard)
+            .build(patterns)
+        {
+            Ok(dfa) => Scanner::Dfa { dfa, longest },
+            Err(_) => Scanner::Nfa {
+                nfa: aho_corasick::nfa::contiguous::NFA::builder()
+                    .match_kind(MatchKind::Standard)
+                    .build(patterns)
+                    .expect("literal patterns always build"),
+                longest,
+            },
+        }
+    }
+
+    /// Calls `hit` with the pattern id of every occurrence in `haystack`.
+    #[inline]
+    pub(crate) fn scan(&self, haystack: &[u8], hit: impl FnMut(usize)) {
+        match self {
+            Scanner::Dfa { dfa, longest } => scan_with(dfa, *longest, haystack, hit),
+            Scanner::Nfa { nfa, longest } => scan_with(nfa, *longest, haystack, hit),
+        }
+    }
+}
+
+#[inline(always)]
+fn report<A: Automaton>(a: &A, sid: aho_corasick::automaton::StateID, hit: &mut impl FnMut(usize)) {
+    if a.is_match(sid) {
+        for i in 0..a.match_len(sid) {
+            hit(a.match_pattern(sid, i).as_usize());
+        }
+    }
+}
+
+#[inline(always)]
+fn scan_with<A: Automaton>(a: &A, longest: usize, haystack: &[u8], mut hit: impl FnMut(usize)) {
+    let start = a
+        .start_state(Anchored::No)
+        .expect("the automaton supports unanchored search");
+    let n = haystack.len();
+    if n < SPLIT_SCAN_MIN.max(2 * longest) {
+        let mut sid = start;
+        for &b in haystack {
+            sid = a.next_state(Anchored::No, sid, b);
+            if a.is_special(sid) {
+                report(a, sid, &mut hit);
+            }
+        }
+        return;
+    }
+    let mid = n / 2;
+    let first = &haystack[..(mid + longest - 1).min(n)];
+    let second = &haystack[mid..];
+    let common = first.len().min(second.len());
+    let (mut s1, mut s2) = (start, start);
+    for i in 0..common {
+        s1 = a.next_state(Anchored::No, s1, first[i]);
+        s2 = a.next_state(Anchored::No, s2, second[i]);
+        if a.is_special(s1) {
+            report(a, s1, &mut hit);
+        }
+        if a.is_special(s2) {
+            report(a, s2, &mut hit);
+        }
+    }
+    for &b in &first[common..] {
+        s1 = a.next_state(Anchored::No, s1, b);
+        if a.is_special(s1) {
+            report(a, s1, &mut hit);
+        }
+    }
+    for &b in &second[common..] {
+        s2 = a.next_state(Anchored::No, s2, b);
+        if a.is_special(s2) {
+            report(a, s2, &mut hit);
+        }
     }
 }
 
@@ -227,5 +325,44 @@ fn describe_key(k: &Key) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every occurrence is found whatever its place relative to the split:
+    /// the start, the end, across the middle, and just before it.
+    #[test]
+    fn split_scan_finds_atoms_everywhere() {
+        let atoms: Vec<Vec<u8>> = vec![
+            b"rate limit".to_vec(),
+            b"overloaded".to_vec(),
+            b"tpm".to_vec(),
+        ];
+        let scanner = Scanner::build(&atoms);
+        for len in [50usize, 127, 128, 300, 1001] {
+            for (atom, a) in atoms.iter().enumerate() {
+                for at in (0..=len - a.len()).step_by(7).chain([
+                    len / 2 - 1,
+                    len / 2 - a.len() + 1,
+                    len - a.len(),
+                ]) {
+                    let mut hay = vec![b'x'; len];
+                    hay[at..at + a.len()].copy_from_slice(a);
+                    let mut found = Vec::new();
+                    scanner.scan(&hay, |pid| found.push(pid));
+                    assert!(
+                        found.contains(&atom),
+                        "atom {atom} at {at} in {len} bytes: {found:?}"
+                    );
+                    assert!(
+                        found.iter().all(|&p| p == atom),
+                        "only atom {atom}: {found:?}"
+                    );
+                }
+            }
+        }
     }
 }
