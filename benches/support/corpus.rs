@@ -1,7 +1,8 @@
 //! A realistic classification corpus: every golden case of the default
 //! ruleset, rewritten into variants of 100–500 bytes with the prefixes,
 //! request ids and advice that real gateways and providers wrap around the
-//! core text. Deterministic (a fixed-seed xorshift), so runs compare.
+//! core text (JSON error bodies keep their own length and only get a
+//! prefix). Deterministic (a fixed-seed xorshift), so runs compare.
 
 #![allow(dead_code)]
 
@@ -117,7 +118,11 @@ pub fn corpus(n: usize, seed: u64) -> Vec<Sample> {
             let target = 100 + rng.below(401);
             let mut msg = String::from(PREFIXES[rng.below(PREFIXES.len())]);
             msg.push_str(&s.message);
-            while msg.len() < target {
+            // A provider's JSON error body arrives as it was sent (at most
+            // behind a prefix); padding it would turn it into plain text.
+            let json =
+                s.message.trim_start().starts_with('{') && s.message.trim_end().ends_with('}');
+            while !json && msg.len() < target {
                 let suffix = SUFFIXES[rng.below(SUFFIXES.len())];
                 msg.push_str(suffix);
                 if suffix.ends_with('_') || suffix.ends_with('=') {

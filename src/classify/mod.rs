@@ -47,6 +47,9 @@ pub const MAX_SCAN_BYTES: usize = 1 << 20;
 pub struct Engine {
     ruleset: Ruleset,
     plan: Plan,
+    /// Whether some rule reads the raw body (`body has …`): only then is a
+    /// body given as parsed JSON serialised back to text.
+    needs_body_text: bool,
     sources: SourceMap,
     warnings: Vec<Diagnostic>,
 }
@@ -136,9 +139,11 @@ impl Engine {
         match build.ruleset {
             Some(mut ruleset) => {
                 let plan = Plan::build(&mut ruleset.rules);
+                let needs_body_text = ruleset.rules.iter().any(|r| reads_body_text(&r.cond));
                 Ok(Engine {
                     ruleset,
                     plan,
+                    needs_body_text,
                     sources: build.sources,
                     warnings: build.diagnostics,
                 })
@@ -310,8 +315,8 @@ impl Engine {
                 body_raw.push_str(t);
                 parse_json_text(t, json);
             }
-            (None, Some(v)) => body_raw.push_str(&v.to_string()),
-            (None, None) => has_body_raw = false,
+            (None, Some(v)) if self.needs_body_text => body_raw.push_str(&v.to_string()),
+            (None, _) => has_body_raw = false,
         }
         let body_json: Option<&Value> = given_json.or(json.as_ref());
 
@@ -344,7 +349,13 @@ impl Engine {
                 }
             }
             if text.is_empty() {
-                text.push_str(body_raw);
+                // Nothing readable in the body's usual places: search its
+                // whole text.
+                match (has_body_raw, given_json) {
+                    (true, _) => text.push_str(body_raw),
+                    (false, Some(v)) => text.push_str(&v.to_string()),
+                    (false, None) => {}
+                }
             }
             composed = true;
         } else if has_body_raw && message.is_empty() {
@@ -452,6 +463,15 @@ fn json_start(s: &str) -> Option<&str> {
 /// A JSON object (`{…}`) or an array of objects (`[{…}]`, Google's
 /// shape). Texts like `[1305][busy]` or `[trace_id=…]` are not tried:
 /// a failed parse costs an allocation.
+fn reads_body_text(e: &Expr) -> bool {
+    match e {
+        Expr::And(p) | Expr::Or(p) => p.iter().any(reads_body_text),
+        Expr::Not(x) => reads_body_text(x),
+        Expr::Text(TextField::BodyRaw, _) => true,
+        _ => false,
+    }
+}
+
 fn looks_like_json(s: &str) -> bool {
     let t = s.trim();
     if t.starts_with('{') {
@@ -634,6 +654,25 @@ mod tests {
         let o = r#"{"error":{"message":"Provider returned error","code":429,"metadata":{"raw":"upstream said no"}}}"#;
         let c = e.classify(&ProviderError::default().with_body(Body::Text(o)));
         assert_eq!((c.rule, c.status), (Some("m"), Some(429)));
+    }
+
+    #[test]
+    fn raw_body_predicates_see_json_bodies_however_given() {
+        let e = engine("reason r { failover }\nrule b when body has \"\\\"weird\\\"\" => r");
+        let v = serde_json::json!({"weird": [1, {"x": true}]});
+        assert_eq!(
+            e.classify(&ProviderError::default().with_body(Body::Json(&v)))
+                .rule,
+            Some("b")
+        );
+        let t = r#"{"weird": 1}"#;
+        assert_eq!(
+            e.classify(&ProviderError::default().with_body(Body::Text(t)))
+                .rule,
+            Some("b")
+        );
+        assert_eq!(e.classify(&ProviderError::message(t)).rule, Some("b"));
+        assert_eq!(e.classify(&ProviderError::message("weird")).rule, None);
     }
 
     #[test]

@@ -399,12 +399,12 @@ pub fn classify_stream<R: BufRead, W: Write + Send, P: Write + Send>(
             let work_rx = &work_rx;
             scope.spawn(move || {
                 let mut scratch = Scratch::default();
-                let mut body_json: Option<Value> = None;
+                let mut body_text = String::new();
                 loop {
                     let job = work_rx.lock().map(|rx| rx.recv());
                     let Ok(Ok(chunk)) = job else { break };
                     let done =
-                        classify_chunk(engine, &chunk, explain, &mut scratch, &mut body_json);
+                        classify_chunk(engine, &chunk, explain, &mut scratch, &mut body_text);
                     if done_tx.send(done).is_err() {
                         break;
                     }
@@ -508,7 +508,7 @@ fn classify_chunk(
     chunk: &Chunk,
     explain: bool,
     scratch: &mut Scratch,
-    body_json: &mut Option<Value>,
+    body_text: &mut String,
 ) -> Classified {
     let mut done = Classified {
         seq: chunk.seq,
@@ -524,7 +524,7 @@ fn classify_chunk(
             continue;
         }
         done.lines += 1;
-        match classify_line(engine, line, scratch, body_json, explain) {
+        match classify_line(engine, line, scratch, body_text, explain) {
             Ok((reason, json)) => {
                 done.per_reason[reason] += 1;
                 done.out.extend_from_slice(json.as_bytes());
@@ -559,7 +559,7 @@ fn classify_line(
     engine: &Engine,
     line: &[u8],
     scratch: &mut Scratch,
-    body_json: &mut Option<Value>,
+    body_text: &mut String,
     explain: bool,
 ) -> Result<(usize, String), String> {
     let text = std::str::from_utf8(line).map_err(|e| {
@@ -576,25 +576,18 @@ fn classify_line(
         });
     }
     let parsed: InLine = serde_json::from_str(text).map_err(|e| describe_json_error(&e, text))?;
-    *body_json = None;
-    let body = match parsed.body {
-        None => None,
-        Some(raw) => {
-            let raw = raw.get();
-            if raw.starts_with('"') {
-                let s: Cow<str> = serde_json::from_str(raw).map_err(|e| format!("`body`: {e}"))?;
-                *body_json = Some(Value::String(s.into_owned()));
-            } else if raw.starts_with('{') || raw.starts_with('[') {
-                *body_json = Some(serde_json::from_str(raw).map_err(|e| format!("`body`: {e}"))?);
-            } else if raw != "null" {
-                return Err("`body` must be a string or a JSON object".into());
-            }
-            match body_json.as_ref() {
-                Some(Value::String(s)) => Some(Body::Text(s)),
-                Some(v) => Some(Body::Json(v)),
-                None => None,
-            }
+    // A JSON body is handed over as its text: the engine parses it once
+    // and keeps the text for `body` predicates. A string body is unescaped.
+    body_text.clear();
+    let body = match parsed.body.map(RawValue::get) {
+        None | Some("null") => None,
+        Some(raw) if raw.starts_with('"') => {
+            let s: Cow<str> = serde_json::from_str(raw).map_err(|e| format!("`body`: {e}"))?;
+            body_text.push_str(&s);
+            Some(Body::Text(body_text.as_str()))
         }
+        Some(raw) if raw.starts_with('{') || raw.starts_with('[') => Some(Body::Text(raw)),
+        Some(_) => return Err("`body` must be a string or a JSON object".into()),
     };
     let err = ProviderError {
         provider: parsed.provider.as_deref(),
