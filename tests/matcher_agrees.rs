@@ -71,3 +71,30 @@ fn naive_baseline_agrees_on_plain_messages() {
     }
     assert!(compared > 4_000);
 }
+
+/// Reading a JSON body's fields straight from its text (the default) and
+/// from the parsed tree (used when some rule reads `body.PATH`) give the
+/// same verdicts.
+#[test]
+fn body_fields_read_from_text_or_tree_agree() {
+    let fast = Engine::builtin();
+    let rules = "rule ops.tree when body.never.there == \"x\" => timeout\n".to_string();
+    let build = build_layers(
+        vec![("ops".into(), vec![("ops.rules".into(), rules.into_bytes())])],
+        true,
+    );
+    let tree = Engine::from_build(build).expect("rules compile");
+    let mut json = 0;
+    let mut samples = corpus::golden_samples();
+    samples.extend(corpus::corpus(5_000, 13));
+    for s in &samples {
+        json += usize::from(s.message.contains('{'));
+        let (a, b) = (fast.classify(&s.as_error()), tree.classify(&s.as_error()));
+        assert_eq!(
+            (a.reason, a.rule, a.status),
+            (b.reason, b.rule, b.status),
+            "on {s:?}"
+        );
+    }
+    assert!(json > 400, "only {json} samples carry JSON");
+}

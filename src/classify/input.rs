@@ -12,6 +12,10 @@
 //! code, `error.status` strings are codes, and OpenRouter's
 //! `metadata.raw` joins the message text.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// One provider error, as much as the caller knows of it. All fields are
@@ -78,11 +82,11 @@ impl<'a> ProviderError<'a> {
 /// What [`extract`] found in a JSON body.
 #[derive(Debug, Default, PartialEq)]
 pub struct Extracted<'v> {
-    pub message: Option<&'v str>,
+    pub message: Option<Cow<'v, str>>,
     /// OpenRouter's upstream text (`error.metadata.raw`).
-    pub raw: Option<&'v str>,
+    pub raw: Option<Cow<'v, str>>,
     pub code: Option<String>,
-    pub error_type: Option<&'v str>,
+    pub error_type: Option<Cow<'v, str>>,
     pub status: Option<u16>,
 }
 
@@ -102,8 +106,8 @@ pub fn extract(v: &Value) -> Extracted<'_> {
     };
     match top.get("error") {
         Some(Value::Object(e)) => {
-            out.message = e.get("message").and_then(Value::as_str);
-            out.error_type = e.get("type").and_then(Value::as_str);
+            out.message = e.get("message").and_then(Value::as_str).map(Cow::Borrowed);
+            out.error_type = e.get("type").and_then(Value::as_str).map(Cow::Borrowed);
             read_code(e.get("code"), &mut out);
             if let Some(s) = e.get("status").and_then(Value::as_str) {
                 if out.code.is_none() {
@@ -113,9 +117,10 @@ pub fn extract(v: &Value) -> Extracted<'_> {
             out.raw = e
                 .get("metadata")
                 .and_then(|m| m.get("raw"))
-                .and_then(Value::as_str);
+                .and_then(Value::as_str)
+                .map(Cow::Borrowed);
         }
-        Some(Value::String(s)) => out.message = Some(s),
+        Some(Value::String(s)) => out.message = Some(Cow::Borrowed(s)),
         _ => {}
     }
     if out.message.is_none() {
@@ -127,7 +132,8 @@ pub fn extract(v: &Value) -> Extracted<'_> {
             "errorMessage",
         ]
         .iter()
-        .find_map(|k| top.get(*k).and_then(Value::as_str));
+        .find_map(|k| top.get(*k).and_then(Value::as_str))
+        .map(Cow::Borrowed);
     }
     if out.error_type.is_none() {
         out.error_type = top
@@ -138,7 +144,8 @@ pub fn extract(v: &Value) -> Extracted<'_> {
                 top.get("type")
                     .and_then(Value::as_str)
                     .filter(|t| *t != "error")
-            });
+            })
+            .map(Cow::Borrowed);
     }
     if out.code.is_none() && out.status.is_none() {
         read_code(top.get("code"), &mut out);
@@ -147,6 +154,153 @@ pub fn extract(v: &Value) -> Extracted<'_> {
         out.status = top.get("status").and_then(as_status);
     }
     out
+}
+
+/// The fields [`extract`] reads, borrowed from a body's text.
+#[derive(Deserialize)]
+struct TopFields<'a> {
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    message: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "Message")]
+    message_upper: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    detail: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error_message: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "errorMessage")]
+    error_message_camel: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "__type")]
+    aws_type: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    code: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    status: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ErrorFields<'a> {
+    #[serde(borrow, default)]
+    message: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    code: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    status: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    metadata: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct MetadataFields<'a> {
+    #[serde(borrow, default)]
+    raw: Option<&'a RawValue>,
+}
+
+/// [`extract`] straight from a body's text, without building a JSON tree:
+/// the fields are read as borrowed slices and only the few that matter are
+/// decoded. Returns `None` when the text is not a JSON object this fast
+/// path reads exactly as [`extract`] would (arrays, duplicate keys,
+/// non-integer codes); the caller then parses the tree.
+pub fn extract_text(text: &str) -> Option<Extracted<'_>> {
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    let top: TopFields = serde_json::from_str(text).ok()?;
+    let mut out = Extracted::default();
+    match top.error.map(|e| (e, e.get().as_bytes()[0])) {
+        Some((e, b'{')) => {
+            let e: ErrorFields = serde_json::from_str(e.get()).ok()?;
+            out.message = e.message.and_then(raw_str);
+            out.error_type = e.kind.and_then(raw_str);
+            read_raw_code(e.code, &mut out)?;
+            if let Some(s) = e.status.and_then(raw_str) {
+                if out.code.is_none() {
+                    out.code = Some(s.into_owned());
+                }
+            }
+            if let Some(m) = e.metadata.filter(|m| m.get().starts_with('{')) {
+                let m: MetadataFields = serde_json::from_str(m.get()).ok()?;
+                out.raw = m.raw.and_then(raw_str);
+            }
+        }
+        Some((e, b'"')) => out.message = raw_str(e),
+        _ => {}
+    }
+    if out.message.is_none() {
+        out.message = [
+            top.message,
+            top.message_upper,
+            top.detail,
+            top.error_message,
+            top.error_message_camel,
+        ]
+        .into_iter()
+        .flatten()
+        .find_map(raw_str);
+    }
+    if out.error_type.is_none() {
+        out.error_type = match top.aws_type.and_then(raw_str) {
+            Some(Cow::Borrowed(t)) => Some(Cow::Borrowed(t.rsplit('#').next().unwrap_or(t))),
+            Some(Cow::Owned(t)) => Some(Cow::Owned(t.rsplit('#').next().unwrap_or(&t).to_string())),
+            None => top.kind.and_then(raw_str).filter(|t| t != "error"),
+        };
+    }
+    if out.code.is_none() && out.status.is_none() {
+        read_raw_code(top.code, &mut out)?;
+    }
+    if out.status.is_none() {
+        out.status = match top.status {
+            Some(raw) if raw.get().starts_with('"') => raw_str(raw)?.parse::<u16>().ok(),
+            Some(raw) => plain_integer(raw.get()).and_then(|n| u16::try_from(n).ok()),
+            None => None,
+        }
+        .filter(|s| (100..=599).contains(s));
+    }
+    Some(out)
+}
+
+/// A JSON string value, decoded (borrowed when it has no escapes).
+fn raw_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let text = raw.get();
+    if !text.starts_with('"') {
+        return None;
+    }
+    match serde_json::from_str::<&str>(text) {
+        Ok(s) => Some(Cow::Borrowed(s)),
+        Err(_) => serde_json::from_str::<String>(text).ok().map(Cow::Owned),
+    }
+}
+
+/// A JSON number written as a plain non-negative integer.
+fn plain_integer(text: &str) -> Option<u64> {
+    (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| text.parse().ok())
+        .flatten()
+}
+
+/// Like `read_code`; `None` when the code is a number this path does not
+/// read exactly as `serde_json` would print it (negative, fraction, exponent).
+fn read_raw_code(code: Option<&RawValue>, out: &mut Extracted) -> Option<()> {
+    let Some(raw) = code else { return Some(()) };
+    let text = raw.get();
+    match text.as_bytes()[0] {
+        b'"' => {
+            if let Some(s) = raw_str(raw).filter(|s| !s.is_empty()) {
+                out.code = Some(s.into_owned());
+            }
+        }
+        b'0'..=b'9' | b'-' => match plain_integer(text)? {
+            s @ 100..=599 => out.status = Some(s as u16),
+            n => out.code = Some(n.to_string()),
+        },
+        _ => {}
+    }
+    Some(())
 }
 
 fn read_code(code: Option<&Value>, out: &mut Extracted) {
@@ -233,12 +387,49 @@ mod tests {
         assert_eq!(leading_status("999 nope"), None);
     }
 
+    /// The fast path reads exactly what the tree path reads, or declines.
+    #[test]
+    fn extract_text_agrees_with_extract() {
+        let bodies = [
+            r#"{"error": {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota"}}"#,
+            r#"{"error": {"code": 429, "message": "Resource has been exhausted", "status": "RESOURCE_EXHAUSTED"}}"#,
+            r#"{"error": {"message": "Provider returned error", "code": 429, "metadata": {"raw": "rate limited \"upstream\"", "provider_name": "x"}}}"#,
+            r#"{"error": {"code": 1311, "message": "套餐"}}"#,
+            r#"{"error": {"code": "1113", "message": "a\nb"}}"#,
+            r#"{"message": "Rate exceeded", "__type": "com.amazon.coral.service#ThrottlingException"}"#,
+            r#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#,
+            r#"{"error": "Unauthorized", "status": 401}"#,
+            r#"{"detail": "Not found", "status": "404"}"#,
+            r#"{"detail": {"code": "deactivated_workspace"}}"#,
+            r#"{"Message": "User is not authorized", "code": -5}"#,
+            r#"{"message": null, "errorMessage": "boom", "code": 7.5}"#,
+            r#"{"error": 5, "type": "error"}"#,
+            r#"{"error": {"message": 12, "metadata": [1]}, "status": 999}"#,
+            r#"{"message": "a", "message": "b"}"#,
+            r#"[{"error": {"code": 429, "message": "x"}}]"#,
+            r#"{}"#,
+        ];
+        let mut fast = 0;
+        for body in bodies {
+            let tree: Value = serde_json::from_str(body).unwrap();
+            let want = extract(&tree);
+            if let Some(got) = extract_text(body) {
+                assert_eq!(got, want, "{body}");
+                fast += 1;
+            }
+        }
+        assert!(fast >= 13, "the fast path declined too often: {fast}");
+    }
+
     #[test]
     fn openai_shape() {
         let v = json!({"error": {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota"}});
         let e = extract(&v);
-        assert_eq!(e.message, Some("You exceeded your current quota"));
-        assert_eq!(e.error_type, Some("insufficient_quota"));
+        assert_eq!(
+            e.message.as_deref(),
+            Some("You exceeded your current quota")
+        );
+        assert_eq!(e.error_type.as_deref(), Some("insufficient_quota"));
         assert_eq!(e.code.as_deref(), Some("insufficient_quota"));
     }
 
@@ -253,7 +444,7 @@ mod tests {
     #[test]
     fn openrouter_raw_and_zai_code() {
         let v = json!({"error": {"message": "Provider returned error", "code": 429, "metadata": {"raw": "rate limited upstream"}}});
-        assert_eq!(extract(&v).raw, Some("rate limited upstream"));
+        assert_eq!(extract(&v).raw.as_deref(), Some("rate limited upstream"));
         let z = json!({"error": {"code": 1311, "message": "套餐"}});
         assert_eq!(extract(&z).code.as_deref(), Some("1311"));
     }
@@ -262,8 +453,8 @@ mod tests {
     fn bedrock_and_wrong_shapes() {
         let v = json!({"message": "Rate exceeded", "__type": "com.amazon.coral.service#ThrottlingException"});
         let e = extract(&v);
-        assert_eq!(e.error_type, Some("ThrottlingException"));
-        assert_eq!(e.message, Some("Rate exceeded"));
+        assert_eq!(e.error_type.as_deref(), Some("ThrottlingException"));
+        assert_eq!(e.message.as_deref(), Some("Rate exceeded"));
         assert_eq!(extract(&json!([1, 2])), Extracted::default());
         assert_eq!(extract(&json!("text")), Extracted::default());
         assert_eq!(extract(&json!({"error": 5})), Extracted::default());

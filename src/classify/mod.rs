@@ -50,6 +50,9 @@ pub struct Engine {
     /// Whether some rule reads the raw body (`body has …`): only then is a
     /// body given as parsed JSON serialised back to text.
     needs_body_text: bool,
+    /// Whether some rule reads a field of the JSON body (`body.PATH`):
+    /// only then is a body given as text parsed into a tree.
+    needs_body_tree: bool,
     sources: SourceMap,
     warnings: Vec<Diagnostic>,
 }
@@ -139,11 +142,13 @@ impl Engine {
         match build.ruleset {
             Some(mut ruleset) => {
                 let plan = Plan::build(&mut ruleset.rules);
-                let needs_body_text = ruleset.rules.iter().any(|r| reads_body_text(&r.cond));
+                let needs_body_text = ruleset.rules.iter().any(|r| reads_body(&r.cond, false));
+                let needs_body_tree = ruleset.rules.iter().any(|r| reads_body(&r.cond, true));
                 Ok(Engine {
                     ruleset,
                     plan,
                     needs_body_text,
+                    needs_body_tree,
                     sources: build.sources,
                     warnings: build.diagnostics,
                 })
@@ -294,7 +299,7 @@ impl Engine {
         //    but the lower-cased text.
         let mut status = err.status;
         let mut body_code = false;
-        let mut type_in = err.error_type;
+        let mut body_type = false;
         let mut message = err.message.unwrap_or("");
 
         // The body: given as JSON, given as text, or the message itself
@@ -311,18 +316,24 @@ impl Engine {
         body_raw.clear();
         let mut has_body_raw = true;
         match (body_text, given_json) {
-            (Some(t), _) => {
-                body_raw.push_str(t);
-                parse_json_text(t, json);
-            }
+            (Some(t), _) => body_raw.push_str(t),
             (None, Some(v)) if self.needs_body_text => body_raw.push_str(&v.to_string()),
             (None, _) => has_body_raw = false,
         }
+        // The body's fields: read straight from its text when no rule needs
+        // the JSON tree (`body.PATH`), else from the parsed tree.
+        let fast = match body_text {
+            Some(t) if !self.needs_body_tree && looks_like_json(t) => input::extract_text(t.trim()),
+            _ => None,
+        };
+        if let (None, Some(t)) = (&fast, body_text) {
+            parse_json_text(t, json);
+        }
         let body_json: Option<&Value> = given_json.or(json.as_ref());
+        let extracted = fast.or_else(|| body_json.map(input::extract));
 
         let mut composed = false;
-        if let Some(v) = body_json {
-            let ex = input::extract(v);
+        if let Some(ex) = extracted {
             if status.is_none() {
                 status = ex.status;
             }
@@ -333,19 +344,23 @@ impl Engine {
                     body_code = true;
                 }
             }
-            if type_in.is_none() {
-                type_in = ex.error_type;
+            if err.error_type.is_none() {
+                if let Some(t) = &ex.error_type {
+                    error_type.clear();
+                    error_type.push_str(t);
+                    body_type = true;
+                }
             }
             // The message text: the caller's message, plus what the body
             // says when the message does not already say it.
             text.clear();
             text.push_str(message);
             for part in [ex.message, ex.raw].into_iter().flatten() {
-                if !part.is_empty() && !message.contains(part) {
+                if !part.is_empty() && !message.contains(part.as_ref()) {
                     if !text.is_empty() {
                         text.push('\n');
                     }
-                    text.push_str(part);
+                    text.push_str(&part);
                 }
             }
             if text.is_empty() {
@@ -389,7 +404,12 @@ impl Engine {
         } else {
             lower_into(err.code, code)
         };
-        let type_l = lower_into(type_in, error_type);
+        let type_l = if body_type {
+            error_type.make_ascii_lowercase();
+            Some(error_type.as_str())
+        } else {
+            lower_into(err.error_type, error_type)
+        };
         if has_body_raw {
             body_raw.make_ascii_lowercase();
         }
@@ -463,11 +483,14 @@ fn json_start(s: &str) -> Option<&str> {
 /// A JSON object (`{…}`) or an array of objects (`[{…}]`, Google's
 /// shape). Texts like `[1305][busy]` or `[trace_id=…]` are not tried:
 /// a failed parse costs an allocation.
-fn reads_body_text(e: &Expr) -> bool {
+/// Whether a condition reads the raw body text (`tree` false) or a field
+/// of the JSON body (`tree` true).
+fn reads_body(e: &Expr, tree: bool) -> bool {
     match e {
-        Expr::And(p) | Expr::Or(p) => p.iter().any(reads_body_text),
-        Expr::Not(x) => reads_body_text(x),
-        Expr::Text(TextField::BodyRaw, _) => true,
+        Expr::And(p) | Expr::Or(p) => p.iter().any(|x| reads_body(x, tree)),
+        Expr::Not(x) => reads_body(x, tree),
+        Expr::Text(TextField::BodyRaw, _) => !tree,
+        Expr::Text(TextField::BodyPath(_), _) => tree,
         _ => false,
     }
 }
