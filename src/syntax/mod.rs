@@ -503,7 +503,9 @@ impl Lower<'_> {
                     }
                 }
                 let mut cond = self.condition(inner.expect("negated condition"))?;
-                for _ in 0..nots {
+                // `not not x` is `x`: keep the parity only, so a long run of
+                // `not`s cannot build a tree deep enough to exhaust the stack.
+                for _ in 0..nots % 2 {
                     cond = Condition {
                         kind: CondKind::Not(Box::new(cond)),
                         span,
@@ -869,6 +871,20 @@ mod tests {
         let text = diags[0].render(&sources);
         assert!(text.contains("`=>`"), "{text}");
         assert!(!text.contains("EOI") && !text.contains("kw_"), "{text}");
+    }
+
+    #[test]
+    fn long_runs_of_not_keep_only_their_parity() {
+        let text = format!("rule a when {}status == 1 => r", "not ".repeat(100_001));
+        let (_, ast, diags) = parse_str("t.rules", &text);
+        assert!(diags.is_empty());
+        let Decl::Rule(rule) = &ast.decls[0] else {
+            panic!()
+        };
+        let CondKind::Not(inner) = &rule.condition.kind else {
+            panic!("odd count: one `not`")
+        };
+        assert!(matches!(inner.kind, CondKind::Predicate(_)));
     }
 
     #[test]
