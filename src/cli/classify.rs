@@ -127,11 +127,7 @@ fn progress_sink(args: &ClassifyArgs) -> Option<io::Stderr> {
 }
 
 fn classify_one(engine: &Engine, args: &ClassifyArgs) -> i32 {
-    let json_body: Option<Value> = args
-        .body
-        .as_deref()
-        .filter(|b| b.trim_start().starts_with(['{', '[']))
-        .and_then(|b| serde_json::from_str(b).ok());
+    // A JSON body is handed over as text: the engine reads it.
     let err = ProviderError {
         provider: args.provider.as_deref(),
         model: args.model.as_deref(),
@@ -139,11 +135,7 @@ fn classify_one(engine: &Engine, args: &ClassifyArgs) -> i32 {
         code: args.code.as_deref(),
         error_type: args.error_type.as_deref(),
         message: args.message.as_deref(),
-        body: match (&json_body, args.body.as_deref()) {
-            (Some(v), _) => Some(Body::Json(v)),
-            (None, Some(t)) => Some(Body::Text(t)),
-            (None, None) => None,
-        },
+        body: args.body.as_deref().map(Body::Text),
     };
     if args.explain {
         let (c, ex) = engine.explain(&err);

@@ -72,10 +72,6 @@ impl Ruleset {
             .position(|r| r.name == name)
             .map(|i| ReasonId(i as u16))
     }
-
-    pub fn rule_by_id(&self, id: &str) -> Option<&Rule> {
-        self.rules.iter().find(|r| r.id == id)
-    }
 }
 
 /// The result of compiling: the sources (for rendering), every diagnostic,

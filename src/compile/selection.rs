@@ -141,10 +141,6 @@ impl SelectionPolicies {
         })
     }
 
-    pub fn is_declared(&self, source: SelectionSource) -> bool {
-        self.by_source[source.index()].is_some()
-    }
-
     pub(crate) fn set(&mut self, source: SelectionSource, policy: SelectionPolicy) {
         self.by_source[source.index()] = Some(policy);
     }
