@@ -584,8 +584,7 @@ fn text_test(test: &TextTest, lower: &str, original: &str, hits: Option<&[u64]>)
         TextTest::HasAll(ls) => ls.iter().all(|l| l.occurs(lower, hits)),
         TextTest::StartsWith(s) => trim(lower).starts_with(s.as_bytes()),
         TextTest::EndsWith(s) => trim(lower).ends_with(s.as_bytes()),
-        TextTest::Matches(re) if re.on_lowercase => re.regex.is_match(lower_str),
-        TextTest::Matches(re) => re.regex.is_match(original),
+        TextTest::Matches(re) => re.is_match_message(lower_str, original, hits),
     }
 }
 
@@ -724,5 +723,53 @@ mod tests {
         assert_eq!(c.rule, Some("b"));
         assert_eq!(ex.atoms_hit, vec!["quota".to_string()]);
         assert_eq!(ex.verified, vec![(0, false), (1, true)]);
+    }
+
+    /// The plan puts cheap tests first, answers a plain literal alternation
+    /// from the scan's hits, and gates a regex that must run by the atoms
+    /// it needs; verdicts stay those of running every regex.
+    #[test]
+    fn regexes_are_answered_or_gated_by_the_scan() {
+        let e = engine(
+            r#"
+            reason r { failover }
+            rule gated when message matches /alpha[^\n]*bravo/ and status == 402 => r
+            rule plain when message matches /Over[ -]?load|at capacity/ => r
+            rule word when message has "alpha" => r
+            "#,
+        );
+        let rules = &e.ruleset().rules;
+        let Expr::And(parts) = &rules[0].cond else {
+            panic!("an and: {:?}", rules[0].cond)
+        };
+        assert!(
+            matches!(parts[0], Expr::Status(_)),
+            "status first: {parts:?}"
+        );
+        let Expr::Text(_, TextTest::Matches(gated)) = &parts[1] else {
+            panic!("a regex: {parts:?}")
+        };
+        assert_eq!(gated.exact_ids, None);
+        // `bravo` routes the rule, `alpha` is an atom of the third rule.
+        assert_eq!(gated.gate_ids.len(), 2, "gated by `alpha` and `bravo`");
+        let Expr::Text(_, TextTest::Matches(plain)) = &rules[1].cond else {
+            panic!("a regex: {:?}", rules[1].cond)
+        };
+        assert_eq!(plain.exact_ids.as_ref().map(Vec::len), Some(4));
+
+        let cases = [
+            ("alpha then bravo", Some(402), Some("gated")),
+            ("bravo then alpha", Some(402), Some("word")),
+            ("alpha then bravo", None, Some("word")),
+            ("We are OVER-LOAD-ed", None, Some("plain")),
+            ("over  load", None, None),
+            ("AT CAPACITY", None, Some("plain")),
+        ];
+        for (msg, status, want) in cases {
+            let mut err = ProviderError::message(msg);
+            err.status = status;
+            assert_eq!(e.classify(&err).rule, want, "{msg}");
+            assert_eq!(e.classify_exhaustive(&err).rule, want, "{msg} (exhaustive)");
+        }
     }
 }

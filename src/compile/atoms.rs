@@ -14,12 +14,19 @@
 //!
 //! the `status` predicate has no text, so the `and` takes the atoms of the
 //! regex. The regex is a concatenation: the alternation `(daily|weekly)` is
-//! exactly {"daily", "weekly"}, the space is exactly {" "}, and the optional
-//! group breaks the run of exact pieces. The run before the break gives
-//! {"daily ", "weekly "}, the literal after it {"limit"}; the rule keeps
-//! the better set: the one whose shortest literal is longest ({"daily ",
-//! "weekly "}, shortest 6 bytes). A message must contain `daily ` or
-//! `weekly ` before the regex is ever run.
+//! exactly {"daily", "weekly"}, the space is exactly {" "}, the optional
+//! group is exactly {"", "usage "}, and `limit` is itself. Their cross
+//! product is every string the regex can match: {"daily limit", "daily
+//! usage limit", "weekly limit", "weekly usage limit"}. A message must
+//! contain one of them before the rule is verified; and since the regex has
+//! no anchor or word boundary, the scan's hits *are* its answer: it never
+//! runs ([`regex_facts`]). When a piece is not exact (`\d+`, `[^\n]*`) it
+//! breaks the run, and the rule keeps the best of the sets found — the one
+//! whose least selective literal is most selective.
+//!
+//! A regex that must run still gets *gates*: every set of literals it
+//! needs at once. `/\binput\b[^\n]*\bexceeds\b/` needs "input" and
+//! "exceeds"; a message with only one of them does not run it.
 //!
 //! Rules without atoms (a bare `status == 429`) are routed by table lookups
 //! instead: by provider, code, type or status ([`route_keys`]). A rule with
@@ -63,7 +70,7 @@ fn expr_atoms(expr: &Expr) -> Option<Vec<Vec<u8>>> {
                 usable(vec![s.as_bytes().to_vec()])
             }
             TextTest::In(list) => usable(list.iter().map(|s| s.as_bytes().to_vec()).collect()),
-            TextTest::Matches(re) => regex_atoms(&re.pattern, &re.flags),
+            TextTest::Matches(re) => re.facts.atoms.clone(),
             TextTest::IsEmpty => None,
         },
         Expr::And(parts) => parts.iter().filter_map(expr_atoms).max_by_key(|s| score(s)),
@@ -206,55 +213,180 @@ pub fn usable_atom(lit: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Atoms of a regex as written (the flags that change parsing applied).
+#[cfg(test)]
 fn regex_atoms(pattern: &str, flags: &str) -> Option<Vec<Vec<u8>>> {
-    let hir = regex_syntax::ParserBuilder::new()
+    best_atoms(&analyze(&parse_as_written(pattern, flags)?))
+}
+
+fn best_atoms(info: &Info) -> Option<Vec<Vec<u8>>> {
+    let best = [&info.required, &info.exact]
+        .into_iter()
+        .flatten()
+        .max_by_key(|s| score(s))?;
+    usable(best.clone())
+}
+
+fn parse_as_written(pattern: &str, flags: &str) -> Option<Hir> {
+    regex_syntax::ParserBuilder::new()
         .ignore_whitespace(flags.contains('x'))
         .multi_line(flags.contains('m'))
         .dot_matches_new_line(flags.contains('s'))
         .build()
         .parse(pattern)
-        .ok()?;
+        .ok()
+}
+
+/// At most this many gates are kept per regex (the most selective).
+const MAX_GATES: usize = 4;
+
+/// What the scan can tell about a regex before it runs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RegexFacts {
+    /// Every match contains at least one literal of each set: when some
+    /// set has no scan hit, the regex cannot match and is not run.
+    pub gates: Vec<Vec<Vec<u8>>>,
+    /// The regex matches exactly when the text contains one of these
+    /// literals (an alternation of literals with no anchors or word
+    /// boundaries): the scan's hits answer it, and it never runs.
+    pub exact: Option<Vec<Vec<u8>>>,
+    /// The regex's best atom set: one of these occurs in every match
+    /// (what [`rule_atoms`] uses for routing).
+    pub atoms: Option<Vec<Vec<u8>>>,
+    /// Unbounded repetitions (`[^\n]*`, `\w+`): each can make the regex
+    /// engine walk the rest of the message from every place it starts.
+    pub gaps: u32,
+}
+
+/// The gates and exact literal set of a message regex (lower-cased
+/// atoms). `case_insensitive`: the regex runs ASCII-folded on the
+/// lower-cased message; only then can hits answer it outright.
+pub fn regex_facts(pattern: &str, flags: &str, case_insensitive: bool) -> RegexFacts {
+    let Some(hir) = parse_as_written(pattern, flags) else {
+        return RegexFacts::default();
+    };
     let info = analyze(&hir);
-    let best = [info.required, info.exact]
+    let gaps = count_gaps(&hir);
+    let atoms = best_atoms(&info);
+    let exact = match (&info.exact, info.look, case_insensitive) {
+        (Some(e), false, true) => usable(e.clone()).filter(|e| min_len(e) >= MIN_ATOM_LEN),
+        _ => None,
+    };
+    let mut gates: Vec<Vec<Vec<u8>>> = info
+        .all
         .into_iter()
-        .flatten()
-        .max_by_key(|s| score(s))?;
-    usable(best)
+        .chain(info.required)
+        .chain(info.exact)
+        .filter_map(usable)
+        .filter(|g| min_len(g) >= MIN_ATOM_LEN && score(g).0 > 1)
+        .map(minimal)
+        .collect();
+    gates.sort_by_key(|g| std::cmp::Reverse(score(g)));
+    gates.dedup();
+    // A gate that contains another gate is implied by it.
+    let mut kept: Vec<Vec<Vec<u8>>> = Vec::new();
+    for g in gates {
+        if !kept.iter().any(|k| k.iter().all(|a| g.contains(a))) {
+            kept.push(g);
+        }
+    }
+    kept.truncate(MAX_GATES);
+    RegexFacts {
+        gates: kept,
+        exact,
+        atoms,
+        gaps,
+    }
+}
+
+/// A literal set with every member dropped that contains another member
+/// (`input length` when `input` is there): "one of them occurs" is the
+/// same, with fewer atoms to scan for.
+fn minimal(set: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let keep: Vec<bool> = set
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            !set.iter().enumerate().any(|(j, b)| {
+                j != i
+                    && b.len() <= a.len()
+                    && memchr::memmem::find(a, b).is_some()
+                    && (b.len() < a.len() || j < i)
+            })
+        })
+        .collect();
+    set.into_iter()
+        .zip(keep)
+        .filter_map(|(a, k)| k.then_some(a))
+        .collect()
+}
+
+fn count_gaps(hir: &Hir) -> u32 {
+    match hir.kind() {
+        HirKind::Repetition(r) => u32::from(r.max.is_none()) + count_gaps(&r.sub),
+        HirKind::Capture(c) => count_gaps(&c.sub),
+        HirKind::Concat(subs) | HirKind::Alternation(subs) => subs.iter().map(count_gaps).sum(),
+        _ => 0,
+    }
 }
 
 /// What is known of the text a regex fragment matches.
+#[derive(Clone, Default)]
 struct Info {
     /// Every string the fragment can match, when that set is small.
     exact: Option<Vec<Vec<u8>>>,
     /// Strings one of which occurs in every match (inexact).
     required: Option<Vec<Vec<u8>>>,
+    /// More such sets, all necessary at once (a conjunction).
+    all: Vec<Vec<Vec<u8>>>,
+    /// The fragment holds an anchor or a word boundary: its exact strings
+    /// are then only a superset of what it matches.
+    look: bool,
 }
+
+/// Alternations whose branches' necessary sets multiply beyond this keep
+/// only the union of each branch's best set.
+const MAX_GATE_PRODUCT: usize = 16;
 
 fn analyze(hir: &Hir) -> Info {
     match hir.kind() {
-        HirKind::Empty | HirKind::Look(_) => Info {
+        HirKind::Empty => Info {
             exact: Some(vec![Vec::new()]),
-            required: None,
+            ..Info::default()
+        },
+        HirKind::Look(_) => Info {
+            exact: Some(vec![Vec::new()]),
+            look: true,
+            ..Info::default()
         },
         HirKind::Literal(lit) => {
             let mut bytes = lit.0.to_vec();
             bytes.make_ascii_lowercase();
             Info {
                 exact: Some(vec![bytes]),
-                required: None,
+                ..Info::default()
             }
         }
         HirKind::Class(class) => Info {
             exact: class_members(class),
-            required: None,
+            ..Info::default()
         },
         HirKind::Capture(c) => analyze(&c.sub),
         HirKind::Repetition(rep) => {
             let inner = analyze(&rep.sub);
             if rep.min == 0 {
+                // `x?` is exactly "" or x; anything longer is unknown.
+                let exact = match (rep.max, inner.exact) {
+                    (Some(1), Some(mut e)) if e.len() < MAX_EXACT_SET => {
+                        e.push(Vec::new());
+                        dedup(&mut e);
+                        Some(e)
+                    }
+                    _ => None,
+                };
                 return Info {
-                    exact: None,
-                    required: None,
+                    exact,
+                    look: inner.look,
+                    ..Info::default()
                 };
             }
             let exact = if rep.min == 1 && rep.max == Some(1) {
@@ -265,20 +397,64 @@ fn analyze(hir: &Hir) -> Info {
             Info {
                 exact,
                 required: best(inner.required, inner.exact),
+                all: inner.all,
+                look: inner.look,
             }
         }
         HirKind::Alternation(subs) => {
             let infos: Vec<Info> = subs.iter().map(analyze).collect();
+            let look = infos.iter().any(|i| i.look);
             let exact = union(infos.iter().map(|i| i.exact.clone()));
+            // Each branch's necessary sets; the alternation needs, for every
+            // way of picking one set per branch, the union of the picks.
+            let necessary: Vec<Vec<Vec<Vec<u8>>>> = infos
+                .iter()
+                .map(|i| {
+                    let mut n = i.all.clone();
+                    n.extend(best(i.required.clone(), i.exact.clone()));
+                    n.retain(|s| !s.iter().any(Vec::is_empty));
+                    n.sort();
+                    n.dedup();
+                    n
+                })
+                .collect();
             let required = union(infos.into_iter().map(|i| best(i.required, i.exact)));
-            Info { exact, required }
+            let product: usize = necessary.iter().map(Vec::len).product();
+            let all = if product > 1 && product <= MAX_GATE_PRODUCT {
+                let mut picks: Vec<Vec<Vec<u8>>> = vec![Vec::new()];
+                for sets in &necessary {
+                    picks = picks
+                        .iter()
+                        .flat_map(|p| {
+                            sets.iter().map(move |s| {
+                                let mut u = p.clone();
+                                u.extend(s.iter().cloned());
+                                dedup(&mut u);
+                                u
+                            })
+                        })
+                        .collect();
+                }
+                picks
+            } else {
+                Vec::new()
+            };
+            Info {
+                exact,
+                required,
+                all,
+                look,
+            }
         }
         HirKind::Concat(subs) => {
             let mut run: Option<Vec<Vec<u8>>> = Some(vec![Vec::new()]);
             let mut candidates: Vec<Vec<Vec<u8>>> = Vec::new();
             let mut whole_exact = true;
+            let mut look = false;
             for sub in subs {
                 let info = analyze(sub);
+                look |= info.look;
+                candidates.extend(info.all.iter().cloned());
                 let product = match (&run, &info.exact) {
                     (Some(r), Some(e)) if r.len() * e.len() <= MAX_EXACT_SET => Some(cross(r, e)),
                     _ => None,
@@ -304,10 +480,14 @@ fn analyze(hir: &Hir) -> Info {
             if let Some(r) = &run {
                 candidates.push(r.clone());
             }
-            let required = candidates.into_iter().max_by_key(|s| score(s));
+            // Sets holding "" say nothing.
+            candidates.retain(|s| !s.iter().any(Vec::is_empty));
+            let required = candidates.iter().max_by_key(|s| score(s)).cloned();
             Info {
                 exact: if whole_exact { run } else { None },
                 required,
+                all: candidates,
+                look,
             }
         }
     }
@@ -501,8 +681,70 @@ mod tests {
     fn worked_example_from_the_module_essay() {
         assert_eq!(
             atoms_of("(daily|weekly) (usage )?limit").unwrap(),
-            vec!["daily ".to_string(), "weekly ".to_string()]
+            vec![
+                "daily limit",
+                "daily usage limit",
+                "weekly limit",
+                "weekly usage limit"
+            ]
         );
+        let facts = regex_facts("(daily|weekly) (usage )?limit", "", true);
+        assert_eq!(facts.exact.map(|e| e.len()), Some(4));
+        // A non-exact piece breaks the run: the best set before it wins.
+        assert_eq!(
+            atoms_of(r"(daily|weekly) \d+ limit").unwrap(),
+            vec!["daily ", "weekly "]
+        );
+    }
+
+    fn strings(sets: &[Vec<Vec<u8>>]) -> Vec<Vec<String>> {
+        sets.iter()
+            .map(|s| {
+                s.iter()
+                    .map(|b| String::from_utf8(b.clone()).unwrap())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gates_are_every_set_a_match_needs() {
+        let f = regex_facts(r"\binput\b[^\n]*\bexceeds\b", "", true);
+        assert_eq!(strings(&f.gates), vec![vec!["exceeds"], vec!["input"]]);
+        // Word boundaries make the literal set only a superset: it must run.
+        assert_eq!(f.exact, None);
+        // Alternations multiply: each branch gives one set to every gate.
+        let f = regex_facts(r"alpha[^\n]*bravo|charlie[^\n]*delta", "", true);
+        assert_eq!(
+            strings(&f.gates),
+            vec![
+                vec!["alpha", "charlie"],
+                vec!["alpha", "delta"],
+                vec!["bravo", "charlie"],
+                vec!["bravo", "delta"]
+            ]
+        );
+        // Common words make poor gates and are left out.
+        let f = regex_facts(r"error[^\n]*quota", "", true);
+        assert_eq!(strings(&f.gates), vec![vec!["quota"]]);
+        // Nothing literal: no gate.
+        assert_eq!(regex_facts(r"\d{3}", "", true), RegexFacts::default());
+    }
+
+    #[test]
+    fn exact_needs_plain_literals_and_case_insensitivity() {
+        let f = regex_facts("overload|at capacity|High Demand", "", true);
+        assert_eq!(
+            strings(&f.exact.into_iter().collect::<Vec<_>>()),
+            vec![vec!["at capacity", "high demand", "overload"]]
+        );
+        // Case-sensitive (`c`): the lower-cased scan cannot answer it.
+        assert_eq!(regex_facts("overload|busy", "c", false).exact, None);
+        // Anchors and boundaries: not exact.
+        assert_eq!(regex_facts("^overload", "", true).exact, None);
+        assert_eq!(regex_facts(r"\bbusy\b", "", true).exact, None);
+        // A literal under 3 bytes cannot be an atom.
+        assert_eq!(regex_facts("overload|ab", "", true).exact, None);
     }
 
     #[test]

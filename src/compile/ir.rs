@@ -7,6 +7,7 @@
 use memchr::memmem;
 use regex::Regex;
 
+use super::atoms::RegexFacts;
 use super::reasons::ReasonId;
 use crate::syntax::Span;
 
@@ -141,6 +142,41 @@ pub struct CompiledRegex {
     /// the original text.
     pub regex: Regex,
     pub on_lowercase: bool,
+    /// What the atom scan can decide about this regex on the message
+    /// ([`super::atoms::regex_facts`]), as literals.
+    pub facts: RegexFacts,
+    /// The same as atom pattern ids, filled in by the plan: the regex runs
+    /// only when every gate has a hit, and not at all when `exact` is set.
+    pub(crate) gate_ids: Vec<Vec<u32>>,
+    pub(crate) exact_ids: Option<Vec<u32>>,
+}
+
+impl CompiledRegex {
+    /// Whether the regex matches the message, given the scan's atom hits
+    /// (`None` when the scan did not run: then the regex decides alone).
+    #[inline]
+    pub fn is_match_message(&self, lower: &str, original: &str, hits: Option<&[u64]>) -> bool {
+        if let Some(h) = hits {
+            let hit = |id: &u32| h[(*id / 64) as usize] & (1u64 << (id % 64)) != 0;
+            if !self.gate_ids.iter().all(|g| g.iter().any(hit)) {
+                return false;
+            }
+            if let Some(exact) = &self.exact_ids {
+                return exact.iter().any(hit);
+            }
+        }
+        self.is_match(lower, original)
+    }
+
+    /// Whether the regex matches (`lower` is `original` ASCII-lower-cased).
+    #[inline]
+    pub fn is_match(&self, lower: &str, original: &str) -> bool {
+        if self.on_lowercase {
+            self.regex.is_match(lower)
+        } else {
+            self.regex.is_match(original)
+        }
+    }
 }
 
 impl PartialEq for CompiledRegex {

@@ -847,26 +847,25 @@ impl Compiler<'_> {
                 }
             }
         }
-        // Compile as written first: its errors are the ones to report.
-        let as_written = builder.build();
+        // What runs is the ASCII-folded pattern (unless case-sensitive);
+        // when it does not build, the pattern as written gives the error to
+        // report, in the operator's own terms.
         let case_sensitive = flags.node.contains('c');
-        let folded = match (&as_written, case_sensitive) {
-            (Ok(_), false) => Some(
-                fold::ascii_fold(pattern, &flags.node, REGEX_NEST_LIMIT)
-                    .map_err(regex::Error::Syntax)
-                    .and_then(|p| {
-                        RegexBuilder::new(&p)
-                            .size_limit(REGEX_SIZE_LIMIT)
-                            .dfa_size_limit(REGEX_SIZE_LIMIT)
-                            .nest_limit(REGEX_NEST_LIMIT)
-                            .build()
-                    }),
-            ),
-            _ => None,
-        };
+        let folded = (!case_sensitive).then(|| {
+            fold::ascii_fold(pattern, &flags.node, REGEX_NEST_LIMIT)
+                .map_err(regex::Error::Syntax)
+                .and_then(|p| {
+                    RegexBuilder::new(&p)
+                        .size_limit(REGEX_SIZE_LIMIT)
+                        .dfa_size_limit(REGEX_SIZE_LIMIT)
+                        .nest_limit(REGEX_NEST_LIMIT)
+                        .build()
+                })
+        });
         let built = match folded {
-            Some(f) => as_written.and(f),
-            None => as_written,
+            Some(Ok(regex)) => Ok(regex),
+            Some(Err(folded_err)) => builder.build().and(Err(folded_err)),
+            None => builder.build(),
         };
         match built {
             Ok(regex) => Some(CompiledRegex {
@@ -875,6 +874,9 @@ impl Compiler<'_> {
                 flags: flags.node.clone(),
                 regex,
                 on_lowercase: !case_sensitive,
+                facts: atoms::regex_facts(pattern, &flags.node, !case_sensitive),
+                gate_ids: Vec::new(),
+                exact_ids: None,
             }),
             Err(err) => {
                 let detail = match &err {

@@ -47,9 +47,7 @@ impl Plan {
     /// Builds the plan and gives every usable message literal of every
     /// rule its pattern id in the automaton (see [`super::ir::Literal`]).
     pub fn build(rules: &mut [Rule]) -> Plan {
-        let mut pattern_ids: HashMap<Vec<u8>, usize> = HashMap::new();
-        let mut patterns: Vec<Vec<u8>> = Vec::new();
-        let mut atom_rules: Vec<Vec<RuleIdx>> = Vec::new();
+        let mut atoms = Patterns::default();
         let mut by_status: Vec<Vec<RuleIdx>> = vec![Vec::new(); 500];
         let mut by_provider: HashMap<String, Vec<RuleIdx>> = HashMap::new();
         let mut by_code: HashMap<String, Vec<RuleIdx>> = HashMap::new();
@@ -65,15 +63,10 @@ impl Plan {
                 Some(keys) => {
                     for key in keys {
                         match key {
-                            Key::Atoms(atoms) => {
-                                for atom in atoms {
-                                    let pid =
-                                        *pattern_ids.entry(atom.clone()).or_insert_with(|| {
-                                            patterns.push(atom.clone());
-                                            atom_rules.push(Vec::new());
-                                            patterns.len() - 1
-                                        });
-                                    push_once(&mut atom_rules[pid], idx);
+                            Key::Atoms(list) => {
+                                for atom in list {
+                                    let pid = atoms.id(atom) as usize;
+                                    push_once(&mut atoms.rules[pid], idx);
                                 }
                             }
                             Key::Provider(vs) => vs.iter().for_each(|v| {
@@ -96,28 +89,55 @@ impl Plan {
         }
 
         // Every message literal becomes a pattern too, so `has` tests read
-        // the scan's hits. Patterns that route no rule just set their bit.
+        // the scan's hits; so does every literal of a regex the hits can
+        // answer outright. Patterns that route no rule just set their bit.
         for rule in rules.iter_mut() {
-            visit_literals(&mut rule.cond, &mut |lit| {
-                if let Some(atom) = usable_atom(lit.text.as_bytes()) {
-                    let pid = *pattern_ids.entry(atom.clone()).or_insert_with(|| {
-                        patterns.push(atom);
-                        atom_rules.push(Vec::new());
-                        patterns.len() - 1
-                    });
-                    lit.atom = Some(pid as u32);
+            visit_message_tests(&mut rule.cond, &mut |test| match test {
+                TextTest::Has(l) => atoms.register(l),
+                TextTest::HasAny(ls) | TextTest::HasAll(ls) => {
+                    ls.iter_mut().for_each(|l| atoms.register(l))
+                }
+                TextTest::Matches(re) => {
+                    re.exact_ids = re
+                        .facts
+                        .exact
+                        .as_ref()
+                        .map(|e| e.iter().map(|a| atoms.id(a)).collect());
+                }
+                _ => {}
+            });
+        }
+        // A regex that must run is gated by the literals it needs, but only
+        // by atoms the scan looks for anyway: a new atom would cost every
+        // message a little to spare a few messages a regex run.
+        for rule in rules.iter_mut() {
+            visit_message_tests(&mut rule.cond, &mut |test| {
+                if let TextTest::Matches(re) = test {
+                    re.gate_ids = re
+                        .facts
+                        .gates
+                        .iter()
+                        .filter_map(|g| {
+                            g.iter().map(|a| atoms.get(a)).collect::<Option<Vec<u32>>>()
+                        })
+                        .collect();
                 }
             });
         }
 
-        let atoms = (!patterns.is_empty()).then(|| Scanner::build(&patterns));
-        let atom_texts = patterns
+        for rule in rules.iter_mut() {
+            order_by_cost(&mut rule.cond);
+        }
+
+        let scanner = (!atoms.list.is_empty()).then(|| Scanner::build(&atoms.list));
+        let atom_texts = atoms
+            .list
             .iter()
             .map(|p| String::from_utf8_lossy(p).into_owned())
             .collect();
         Plan {
-            atoms,
-            atom_rules,
+            atoms: scanner,
+            atom_rules: atoms.rules,
             atom_texts,
             by_status,
             by_provider,
@@ -142,14 +162,87 @@ impl Plan {
     }
 }
 
-fn visit_literals(expr: &mut Expr, f: &mut impl FnMut(&mut super::ir::Literal)) {
+/// Sorts the parts of every `and` / `or` so the cheap tests run first (a
+/// status before a regex; a regex the hits decide before one that runs).
+/// Tests have no side effects, so the order never changes a verdict, only
+/// how soon a failing `and` or a holding `or` stops. Returns the
+/// estimated cost of `expr`.
+fn order_by_cost(expr: &mut Expr) -> u32 {
     match expr {
-        Expr::And(parts) | Expr::Or(parts) => parts.iter_mut().for_each(|p| visit_literals(p, f)),
-        Expr::Not(inner) => visit_literals(inner, f),
-        Expr::Text(TextField::Message, TextTest::Has(l)) => f(l),
-        Expr::Text(TextField::Message, TextTest::HasAny(ls) | TextTest::HasAll(ls)) => {
-            ls.iter_mut().for_each(f)
+        Expr::And(parts) | Expr::Or(parts) => {
+            let mut costed: Vec<(u32, Expr)> = parts
+                .drain(..)
+                .map(|mut p| (order_by_cost(&mut p), p))
+                .collect();
+            costed.sort_by_key(|(c, _)| *c);
+            let total = costed.iter().map(|(c, _)| c).sum();
+            parts.extend(costed.into_iter().map(|(_, p)| p));
+            total
         }
+        Expr::Not(inner) => order_by_cost(inner),
+        Expr::Status(_) | Expr::StatusEmpty => 1,
+        Expr::Text(TextField::Message, test) => match test {
+            TextTest::Has(l) => literal_cost(l),
+            TextTest::HasAny(ls) | TextTest::HasAll(ls) => ls.iter().map(literal_cost).sum(),
+            TextTest::Matches(re) if re.exact_ids.is_some() => 2,
+            TextTest::Matches(re) => 50 + 200 * re.facts.gaps,
+            _ => 10,
+        },
+        Expr::Text(TextField::BodyPath(_), _) => 20,
+        Expr::Text(_, TextTest::Matches(_)) => 30,
+        Expr::Text(..) => 2,
+    }
+}
+
+fn literal_cost(l: &super::ir::Literal) -> u32 {
+    if l.atom.is_some() {
+        1
+    } else {
+        20
+    }
+}
+
+/// The automaton's patterns while the plan is built: pattern id → text
+/// and the rules it makes candidates.
+#[derive(Default)]
+struct Patterns {
+    ids: HashMap<Vec<u8>, u32>,
+    list: Vec<Vec<u8>>,
+    rules: Vec<Vec<RuleIdx>>,
+}
+
+impl Patterns {
+    /// The pattern id of `atom`, added when new.
+    fn id(&mut self, atom: &[u8]) -> u32 {
+        if let Some(&id) = self.ids.get(atom) {
+            return id;
+        }
+        let id = self.list.len() as u32;
+        self.ids.insert(atom.to_vec(), id);
+        self.list.push(atom.to_vec());
+        self.rules.push(Vec::new());
+        id
+    }
+
+    fn get(&self, atom: &[u8]) -> Option<u32> {
+        self.ids.get(atom).copied()
+    }
+
+    /// Gives a message literal its pattern id when it can be an atom.
+    fn register(&mut self, lit: &mut super::ir::Literal) {
+        if let Some(atom) = usable_atom(lit.text.as_bytes()) {
+            lit.atom = Some(self.id(&atom));
+        }
+    }
+}
+
+fn visit_message_tests(expr: &mut Expr, f: &mut impl FnMut(&mut TextTest)) {
+    match expr {
+        Expr::And(parts) | Expr::Or(parts) => {
+            parts.iter_mut().for_each(|p| visit_message_tests(p, f))
+        }
+        Expr::Not(inner) => visit_message_tests(inner, f),
+        Expr::Text(TextField::Message, test) => f(test),
         _ => {}
     }
 }
@@ -227,7 +320,7 @@ fn scan_with<A: Automaton>(a: &A, longest: usize, haystack: &[u8], mut hit: impl
         let mut sid = start;
         for &b in haystack {
             sid = a.next_state(Anchored::No, sid, b);
-            if a.is_special(sid) {
+            if a.is_match(sid) {
                 report(a, sid, &mut hit);
             }
         }
@@ -241,22 +334,22 @@ fn scan_with<A: Automaton>(a: &A, longest: usize, haystack: &[u8], mut hit: impl
     for i in 0..common {
         s1 = a.next_state(Anchored::No, s1, first[i]);
         s2 = a.next_state(Anchored::No, s2, second[i]);
-        if a.is_special(s1) {
+        if a.is_match(s1) {
             report(a, s1, &mut hit);
         }
-        if a.is_special(s2) {
+        if a.is_match(s2) {
             report(a, s2, &mut hit);
         }
     }
     for &b in &first[common..] {
         s1 = a.next_state(Anchored::No, s1, b);
-        if a.is_special(s1) {
+        if a.is_match(s1) {
             report(a, s1, &mut hit);
         }
     }
     for &b in &second[common..] {
         s2 = a.next_state(Anchored::No, s2, b);
-        if a.is_special(s2) {
+        if a.is_match(s2) {
             report(a, s2, &mut hit);
         }
     }
