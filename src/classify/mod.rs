@@ -77,7 +77,7 @@ pub struct Classification<'e> {
 /// What `--explain` shows: how the verdict was reached.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Explanation {
-    /// Atoms found in the message, in the order found (deduplicated).
+    /// Atoms found in the message, in the order they first occur.
     pub atoms_hit: Vec<String>,
     /// Candidate rules verified, in order, and whether each held.
     pub verified: Vec<(RuleIdx, bool)>,
@@ -212,19 +212,27 @@ impl Engine {
     ) {
         let plan = &self.plan;
         if let Some(scanner) = &plan.atoms {
-            scanner.scan(lower.as_bytes(), |pid| {
-                let bit = 1u64 << (pid % 64);
-                if hits[pid / 64] & bit != 0 {
-                    // Seen already: its rules are candidates (a message that
-                    // repeats an atom must not grow the list).
-                    return;
+            // The scan only sets bits (an atom may be reported more than
+            // once); each atom's rules are added once, afterwards.
+            scanner.scan(lower.as_bytes(), |pid| hits[pid / 64] |= 1u64 << (pid % 64));
+            for (w, &word) in hits.iter().enumerate() {
+                let mut bits = word;
+                while bits != 0 {
+                    let pid = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    for &r in &plan.atom_rules[pid] {
+                        candidates.push(r);
+                    }
+                    if let Some(ex) = explain.as_deref_mut() {
+                        ex.atoms_hit.push(plan.atom_texts[pid].clone());
+                    }
                 }
-                hits[pid / 64] |= bit;
-                candidates.extend_from_slice(&plan.atom_rules[pid]);
-                if let Some(ex) = explain.as_deref_mut() {
-                    ex.atoms_hit.push(plan.atom_texts[pid].clone());
-                }
-            });
+            }
+            if let Some(ex) = explain {
+                // In the order they first occur in the message.
+                ex.atoms_hit
+                    .sort_by_key(|a| memchr::memmem::find(lower.as_bytes(), a.as_bytes()));
+            }
         }
         if let Some(s) = status {
             candidates.extend_from_slice(&plan.by_status[(s - 100) as usize]);

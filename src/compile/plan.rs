@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use aho_corasick::automaton::Automaton;
+use aho_corasick::automaton::{Automaton, StateID};
 use aho_corasick::{Anchored, MatchKind};
 
 use super::atoms::{route_keys, usable_atom, Key};
@@ -251,58 +251,119 @@ fn visit_message_tests(expr: &mut Expr, f: &mut impl FnMut(&mut TextTest)) {
 ///
 /// The scan needs every atom that occurs (overlapping matches), and it is
 /// the largest cost of a classification: one dependent table load per
-/// byte. Long messages are therefore scanned as two halves at once, two
-/// independent chains of loads the CPU overlaps: the first half runs
-/// `longest atom − 1` bytes past the middle, so an occurrence that starts
-/// before the middle is seen whole by the first chain and one that starts
-/// after it by the second. An occurrence may be reported twice; callers
-/// keep a set.
+/// byte. So a long message is cut into [`CHAINS`] pieces scanned at once,
+/// independent chains of loads the CPU overlaps. Each chain must find the
+/// atoms that *start* in its piece, so it runs on past its end for as long
+/// as its automaton state stands for a partial atom that began inside the
+/// piece: a state's *depth* is the length of the atom prefix it stands
+/// for, so after byte `p` the pending prefix began at `p − depth`. That is
+/// usually a few bytes, where a fixed overlap would be the longest atom.
+/// An occurrence may be reported twice; callers keep a set.
 #[derive(Debug)]
 pub(crate) enum Scanner {
     Dfa {
         dfa: aho_corasick::dfa::DFA,
-        longest: usize,
+        /// Depth of each state, indexed by state id / `unit`.
+        depth: Vec<u32>,
+        unit: usize,
     },
-    /// When the DFA would be too large (hundreds of thousands of atoms).
+    /// When the DFA would be too large (hundreds of thousands of atoms):
+    /// one chain, no depths.
     Nfa {
         nfa: aho_corasick::nfa::contiguous::NFA,
-        longest: usize,
     },
 }
 
 /// Below this length a message is scanned as one piece.
-const SPLIT_SCAN_MIN: usize = 128;
+const SPLIT_SCAN_MIN: usize = 96;
+/// How many pieces a long message is scanned as.
+const CHAINS: usize = 3;
 
 impl Scanner {
     fn build(patterns: &[Vec<u8>]) -> Scanner {
-        let longest = patterns.iter().map(Vec::len).max().unwrap_or(0);
         match aho_corasick::dfa::DFA::builder()
             .match_kind(MatchKind::Standard)
             .build(patterns)
         {
-            Ok(dfa) => Scanner::Dfa { dfa, longest },
+            Ok(dfa) => {
+                let (depth, unit) = state_depths(&dfa);
+                Scanner::Dfa { dfa, depth, unit }
+            }
             Err(_) => Scanner::Nfa {
                 nfa: aho_corasick::nfa::contiguous::NFA::builder()
                     .match_kind(MatchKind::Standard)
                     .build(patterns)
                     .expect("literal patterns always build"),
-                longest,
             },
         }
     }
 
     /// Calls `hit` with the pattern id of every occurrence in `haystack`.
     #[inline]
-    pub(crate) fn scan(&self, haystack: &[u8], hit: impl FnMut(usize)) {
+    pub(crate) fn scan(&self, haystack: &[u8], mut hit: impl FnMut(usize)) {
         match self {
-            Scanner::Dfa { dfa, longest } => scan_with(dfa, *longest, haystack, hit),
-            Scanner::Nfa { nfa, longest } => scan_with(nfa, *longest, haystack, hit),
+            Scanner::Dfa { dfa, depth, unit } => scan_chains(
+                dfa,
+                |sid| depth[sid.as_usize() / unit] as usize,
+                haystack,
+                hit,
+            ),
+            Scanner::Nfa { nfa } => {
+                let mut sid = start(nfa);
+                for &b in haystack {
+                    sid = nfa.next_state(Anchored::No, sid, b);
+                    report(nfa, sid, &mut hit);
+                }
+            }
         }
     }
 }
 
+fn start<A: Automaton>(a: &A) -> StateID {
+    a.start_state(Anchored::No)
+        .expect("the automaton supports unanchored search")
+}
+
+/// The depth of every DFA state: its distance from the start state. (A
+/// state reached by input `s` stands for the longest suffix of `s` that is
+/// an atom prefix `w`, and `w` itself reaches it: the shortest input that
+/// does is `w`.) State ids are multiples of one stride; the table is
+/// indexed by id / `unit`, `unit` being the gcd of the ids.
+fn state_depths(dfa: &aho_corasick::dfa::DFA) -> (Vec<u32>, usize) {
+    let start = start(dfa);
+    let mut depth: HashMap<StateID, u32> = HashMap::from([(start, 0)]);
+    let mut queue = std::collections::VecDeque::from([start]);
+    while let Some(sid) = queue.pop_front() {
+        let d = depth[&sid];
+        for b in 0..=255u8 {
+            let next = dfa.next_state(Anchored::No, sid, b);
+            depth.entry(next).or_insert_with(|| {
+                queue.push_back(next);
+                d + 1
+            });
+        }
+    }
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let unit = depth.keys().fold(0, |g, sid| gcd(g, sid.as_usize())).max(1);
+    let max = depth
+        .keys()
+        .map(|sid| sid.as_usize() / unit)
+        .max()
+        .unwrap_or(0);
+    let mut table = vec![0u32; max + 1];
+    for (sid, d) in depth {
+        table[sid.as_usize() / unit] = d;
+    }
+    (table, unit)
+}
+
 #[inline(always)]
-fn report<A: Automaton>(a: &A, sid: aho_corasick::automaton::StateID, hit: &mut impl FnMut(usize)) {
+fn report<A: Automaton>(a: &A, sid: StateID, hit: &mut impl FnMut(usize)) {
     if a.is_match(sid) {
         for i in 0..a.match_len(sid) {
             hit(a.match_pattern(sid, i).as_usize());
@@ -311,46 +372,49 @@ fn report<A: Automaton>(a: &A, sid: aho_corasick::automaton::StateID, hit: &mut 
 }
 
 #[inline(always)]
-fn scan_with<A: Automaton>(a: &A, longest: usize, haystack: &[u8], mut hit: impl FnMut(usize)) {
-    let start = a
-        .start_state(Anchored::No)
-        .expect("the automaton supports unanchored search");
+fn scan_chains<A: Automaton>(
+    a: &A,
+    depth: impl Fn(StateID) -> usize,
+    haystack: &[u8],
+    mut hit: impl FnMut(usize),
+) {
     let n = haystack.len();
-    if n < SPLIT_SCAN_MIN.max(2 * longest) {
-        let mut sid = start;
+    if n < SPLIT_SCAN_MIN {
+        let mut sid = start(a);
         for &b in haystack {
             sid = a.next_state(Anchored::No, sid, b);
-            if a.is_match(sid) {
-                report(a, sid, &mut hit);
-            }
+            report(a, sid, &mut hit);
         }
         return;
     }
-    let mid = n / 2;
-    let first = &haystack[..(mid + longest - 1).min(n)];
-    let second = &haystack[mid..];
-    let common = first.len().min(second.len());
-    let (mut s1, mut s2) = (start, start);
-    for i in 0..common {
-        s1 = a.next_state(Anchored::No, s1, first[i]);
-        s2 = a.next_state(Anchored::No, s2, second[i]);
-        if a.is_match(s1) {
-            report(a, s1, &mut hit);
-        }
-        if a.is_match(s2) {
-            report(a, s2, &mut hit);
+    // Piece j is bounds[j]..bounds[j + 1]: `len` bytes, the last one up
+    // to `CHAINS − 1` more.
+    let len = n / CHAINS;
+    let bounds: [usize; CHAINS + 1] =
+        std::array::from_fn(|j| if j == CHAINS { n } else { j * len });
+    let mut sid = [start(a); CHAINS];
+    for i in 0..len {
+        for j in 0..CHAINS {
+            sid[j] = a.next_state(Anchored::No, sid[j], haystack[bounds[j] + i]);
+            report(a, sid[j], &mut hit);
         }
     }
-    for &b in &first[common..] {
-        s1 = a.next_state(Anchored::No, s1, b);
-        if a.is_match(s1) {
-            report(a, s1, &mut hit);
-        }
+    // The last piece's extra bytes, then each piece's run past its end.
+    let last = CHAINS - 1;
+    for &b in &haystack[bounds[last] + len..] {
+        sid[last] = a.next_state(Anchored::No, sid[last], b);
+        report(a, sid[last], &mut hit);
     }
-    for &b in &second[common..] {
-        s2 = a.next_state(Anchored::No, s2, b);
-        if a.is_match(s2) {
-            report(a, s2, &mut hit);
+    for j in 0..last {
+        let end = bounds[j + 1];
+        let mut p = end;
+        let mut s = sid[j];
+        // The pending prefix began at p − depth: go on while that is
+        // inside piece j.
+        while p < n && p - depth(s) < end {
+            s = a.next_state(Anchored::No, s, haystack[p]);
+            report(a, s, &mut hit);
+            p += 1;
         }
     }
 }
@@ -425,8 +489,24 @@ fn describe_key(k: &Key) -> String {
 mod tests {
     use super::*;
 
-    /// Every occurrence is found whatever its place relative to the split:
-    /// the start, the end, across the middle, and just before it.
+    /// The atoms that occur, by brute force.
+    fn naive(atoms: &[Vec<u8>], hay: &[u8]) -> Vec<usize> {
+        (0..atoms.len())
+            .filter(|&i| memchr::memmem::find(hay, &atoms[i]).is_some())
+            .collect()
+    }
+
+    fn found(scanner: &Scanner, hay: &[u8]) -> Vec<usize> {
+        let mut found = Vec::new();
+        scanner.scan(hay, |pid| found.push(pid));
+        found.sort_unstable();
+        found.dedup();
+        found
+    }
+
+    /// Every occurrence is found whatever its place relative to the piece
+    /// boundaries: every start position, in messages of every length
+    /// around the split thresholds.
     #[test]
     fn split_scan_finds_atoms_everywhere() {
         let atoms: Vec<Vec<u8>> = vec![
@@ -435,27 +515,65 @@ mod tests {
             b"tpm".to_vec(),
         ];
         let scanner = Scanner::build(&atoms);
-        for len in [50usize, 127, 128, 300, 1001] {
+        for len in [50usize, 95, 96, 97, 98, 99, 127, 128, 300, 1001] {
             for (atom, a) in atoms.iter().enumerate() {
-                for at in (0..=len - a.len()).step_by(7).chain([
-                    len / 2 - 1,
-                    len / 2 - a.len() + 1,
-                    len - a.len(),
-                ]) {
+                for at in 0..=len - a.len() {
                     let mut hay = vec![b'x'; len];
                     hay[at..at + a.len()].copy_from_slice(a);
-                    let mut found = Vec::new();
-                    scanner.scan(&hay, |pid| found.push(pid));
-                    assert!(
-                        found.contains(&atom),
-                        "atom {atom} at {at} in {len} bytes: {found:?}"
-                    );
-                    assert!(
-                        found.iter().all(|&p| p == atom),
-                        "only atom {atom}: {found:?}"
+                    assert_eq!(
+                        found(&scanner, &hay),
+                        vec![atom],
+                        "atom {atom} at {at} in {len} bytes"
                     );
                 }
             }
+        }
+    }
+
+    /// Text that keeps the automaton deep in partial atoms (the case where
+    /// a piece's run past its end is longest), with nested and overlapping
+    /// atoms, agrees with brute force at every length.
+    #[test]
+    fn split_scan_agrees_with_brute_force_on_adversarial_text() {
+        let atoms: Vec<Vec<u8>> = [
+            "rate limit",
+            "limit",
+            "rate limit exceeded",
+            "aaaa",
+            "aaab",
+            "abab",
+            "tpm",
+            "rate rate rate rate x",
+        ]
+        .iter()
+        .map(|a| a.as_bytes().to_vec())
+        .collect();
+        let scanner = Scanner::build(&atoms);
+        let mut rng = 0x9e3779b97f4a7c15u64;
+        let pieces: [&[u8]; 7] = [
+            b"rate ",
+            b"limi",
+            b"t ",
+            b"aaa",
+            b"ab",
+            b"exceeded",
+            b"rate rate ",
+        ];
+        for len in 90..400usize {
+            let mut hay = Vec::with_capacity(len + 16);
+            while hay.len() < len {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                hay.extend_from_slice(pieces[(rng % pieces.len() as u64) as usize]);
+            }
+            hay.truncate(len);
+            assert_eq!(
+                found(&scanner, &hay),
+                naive(&atoms, &hay),
+                "{}",
+                String::from_utf8_lossy(&hay)
+            );
         }
     }
 }
