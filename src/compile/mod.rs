@@ -17,6 +17,7 @@ mod fold;
 pub mod ir;
 pub mod plan;
 pub mod reasons;
+mod scan;
 pub mod selection;
 mod shadow;
 
