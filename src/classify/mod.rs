@@ -99,7 +99,9 @@ pub struct Scratch {
     code: String,
     error_type: String,
     body_raw: String,
-    candidates: Vec<RuleIdx>,
+    /// Bitset over rule indices: the candidates. Verifying walks it in
+    /// rule order, so candidates need no sorting.
+    candidates: Vec<u64>,
     /// Bitset over atom pattern ids: which atoms this message contains.
     hits: Vec<u64>,
     json: Option<Value>,
@@ -200,16 +202,21 @@ impl Engine {
     }
 
     /// Rules that may match: atom hits, table lookups, and the rules
-    /// verified for every error; sorted into rule order, without duplicates.
+    /// verified for every error: bits of `candidates`, a set over rule indices.
     fn collect_candidates(
         &self,
         lower: &str,
         status: Option<u16>,
         [provider, code, error_type]: [Option<&str>; 3],
-        candidates: &mut Vec<RuleIdx>,
+        candidates: &mut [u64],
         hits: &mut [u64],
         mut explain: Option<&mut Explanation>,
     ) {
+        let mut add = |rules: &[RuleIdx]| {
+            for &r in rules {
+                candidates[r as usize / 64] |= 1u64 << (r % 64);
+            }
+        };
         let plan = &self.plan;
         if let Some(scanner) = &plan.atoms {
             // The scan only sets bits (an atom may be reported more than
@@ -220,9 +227,7 @@ impl Engine {
                 while bits != 0 {
                     let pid = w * 64 + bits.trailing_zeros() as usize;
                     bits &= bits - 1;
-                    for &r in &plan.atom_rules[pid] {
-                        candidates.push(r);
-                    }
+                    add(&plan.atom_rules[pid]);
                     if let Some(ex) = explain.as_deref_mut() {
                         ex.atoms_hit.push(plan.atom_texts[pid].clone());
                     }
@@ -235,7 +240,7 @@ impl Engine {
             }
         }
         if let Some(s) = status {
-            candidates.extend_from_slice(&plan.by_status[(s - 100) as usize]);
+            add(&plan.by_status[(s - 100) as usize]);
         }
         for (value, table) in [
             (provider, &plan.by_provider),
@@ -243,12 +248,10 @@ impl Engine {
             (error_type, &plan.by_type),
         ] {
             if let Some(rs) = value.and_then(|v| table.get(v)) {
-                candidates.extend_from_slice(rs);
+                add(rs);
             }
         }
-        candidates.extend_from_slice(&plan.always);
-        candidates.sort_unstable();
-        candidates.dedup();
+        add(&plan.always);
     }
 
     fn verdict(
@@ -364,7 +367,9 @@ impl Engine {
             text.clear();
             text.push_str(message);
             for part in [ex.message, ex.raw].into_iter().flatten() {
-                if !part.is_empty() && !message.contains(part.as_ref()) {
+                if !part.is_empty()
+                    && memchr::memmem::find(message.as_bytes(), part.as_bytes()).is_none()
+                {
                     if !text.is_empty() {
                         text.push('\n');
                     }
@@ -423,11 +428,13 @@ impl Engine {
         }
 
         // 2. Candidates (the scan also records which atoms occur).
+        let rules = &self.ruleset.rules;
         candidates.clear();
+        candidates.resize(rules.len().div_ceil(64), 0);
         hits.clear();
         hits.resize(self.plan.atom_count().div_ceil(64), 0);
         if exhaustive {
-            candidates.extend(0..self.ruleset.rules.len() as RuleIdx);
+            candidates.fill(u64::MAX);
         } else {
             self.collect_candidates(
                 lower,
@@ -454,14 +461,22 @@ impl Engine {
 
         // 3. Verify in rule order.
         let mut winner = None;
-        for &idx in candidates.iter() {
-            let holds = eval(&self.ruleset.rules[idx as usize].cond, &view);
-            if let Some(ex) = explain.as_deref_mut() {
-                ex.verified.push((idx, holds));
-            }
-            if holds {
-                winner = Some(idx);
-                break;
+        'verify: for (w, &word) in candidates.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let idx = (w * 64) as RuleIdx + bits.trailing_zeros();
+                bits &= bits - 1;
+                let Some(rule) = rules.get(idx as usize) else {
+                    break 'verify;
+                };
+                let holds = eval(&rule.cond, &view);
+                if let Some(ex) = explain.as_deref_mut() {
+                    ex.verified.push((idx, holds));
+                }
+                if holds {
+                    winner = Some(idx);
+                    break 'verify;
+                }
             }
         }
         if let Some(ex) = explain {

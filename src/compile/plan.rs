@@ -16,6 +16,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use super::atoms::{route_keys, usable_atom, Key};
 use super::ir::{Expr, Rule, TextField, TextTest};
 use super::scan::Scanner;
@@ -33,9 +35,10 @@ pub struct Plan {
     pub(crate) atom_texts: Vec<String>,
     /// Status − 100 → rules keyed by that status.
     pub(crate) by_status: Vec<Vec<RuleIdx>>,
-    pub(crate) by_provider: HashMap<String, Vec<RuleIdx>>,
-    pub(crate) by_code: HashMap<String, Vec<RuleIdx>>,
-    pub(crate) by_type: HashMap<String, Vec<RuleIdx>>,
+    /// By lower-cased value (FxHash: one lookup per message each).
+    pub(crate) by_provider: FxHashMap<String, Vec<RuleIdx>>,
+    pub(crate) by_code: FxHashMap<String, Vec<RuleIdx>>,
+    pub(crate) by_type: FxHashMap<String, Vec<RuleIdx>>,
     pub(crate) always: Vec<RuleIdx>,
     /// The keys of each rule (`None`: always verified), for `check --plan`.
     pub routes: Vec<Option<Vec<Key>>>,
@@ -47,9 +50,9 @@ impl Plan {
     pub fn build(rules: &mut [Rule]) -> Plan {
         let mut atoms = Patterns::default();
         let mut by_status: Vec<Vec<RuleIdx>> = vec![Vec::new(); 500];
-        let mut by_provider: HashMap<String, Vec<RuleIdx>> = HashMap::new();
-        let mut by_code: HashMap<String, Vec<RuleIdx>> = HashMap::new();
-        let mut by_type: HashMap<String, Vec<RuleIdx>> = HashMap::new();
+        let mut by_provider: FxHashMap<String, Vec<RuleIdx>> = FxHashMap::default();
+        let mut by_code: FxHashMap<String, Vec<RuleIdx>> = FxHashMap::default();
+        let mut by_type: FxHashMap<String, Vec<RuleIdx>> = FxHashMap::default();
         let mut always = Vec::new();
         let mut routes = Vec::with_capacity(rules.len());
 

@@ -238,32 +238,41 @@ impl Dfa {
         })
     }
 
+    /// The loop's view of the table, in locals: the compiler keeps them in
+    /// registers, and `trans` is sliced to `mask + 1` entries so that a
+    /// masked index provably needs no bounds check.
     #[inline(always)]
-    fn step(&self, trans: &[u32], s: u32, b: u8) -> u32 {
-        trans[(s as usize + self.classes[b as usize] as usize) & (trans.len() - 1)]
+    fn view(&self) -> View<'_> {
+        let mask = self.trans.len() - 1;
+        View {
+            trans: &self.trans[..=mask],
+            mask,
+            classes: &self.classes,
+            limit: self.match_limit,
+        }
     }
 
     #[inline(always)]
     fn report(&self, s: u32, hit: &mut impl FnMut(usize)) {
-        if s < self.match_limit {
-            let m = (s >> self.shift) as usize;
-            for &pid in &self.pids[self.offsets[m] as usize..self.offsets[m + 1] as usize] {
-                hit(pid as usize);
-            }
+        let m = (s >> self.shift) as usize;
+        for &pid in &self.pids[self.offsets[m] as usize..self.offsets[m + 1] as usize] {
+            hit(pid as usize);
         }
     }
 
     // Byte `i` of every piece per turn: an index, not an iterator.
     #[allow(clippy::needless_range_loop)]
     fn scan(&self, haystack: &[u8], mut hit: impl FnMut(usize)) {
-        let trans = &self.trans[..];
+        let t = self.view();
         let hit = &mut hit;
         let n = haystack.len();
         if n < SPLIT_SCAN_MIN {
             let mut s = self.start;
             for &b in haystack {
-                s = self.step(trans, s, b);
-                self.report(s, hit);
+                s = t.step(s, b);
+                if t.is_match(s) {
+                    self.report(s, hit);
+                }
             }
             return;
         }
@@ -274,27 +283,52 @@ impl Dfa {
         let pieces: [&[u8]; K] = std::array::from_fn(|j| &haystack[j * len..j * len + len]);
         for i in 0..len {
             for j in 0..K {
-                sid[j] = self.step(trans, sid[j], pieces[j][i]);
+                sid[j] = t.step(sid[j], pieces[j][i]);
             }
             for s in sid {
-                self.report(s, hit);
+                if t.is_match(s) {
+                    self.report(s, hit);
+                }
             }
         }
         // The last piece's extra bytes, then the other pieces' runs past
         // their ends while a prefix begun inside them is pending.
         for &b in &haystack[K * len..] {
-            sid[K - 1] = self.step(trans, sid[K - 1], b);
-            self.report(sid[K - 1], hit);
+            sid[K - 1] = t.step(sid[K - 1], b);
+            if t.is_match(sid[K - 1]) {
+                self.report(sid[K - 1], hit);
+            }
         }
         for (j, &s) in sid.iter().enumerate().take(K - 1) {
             let end = (j + 1) * len;
             let (mut s, mut p) = (s, end);
             while p < n && p - (self.depth[(s >> self.shift) as usize] as usize) < end {
-                s = self.step(trans, s, haystack[p]);
-                self.report(s, hit);
+                s = t.step(s, haystack[p]);
+                if t.is_match(s) {
+                    self.report(s, hit);
+                }
                 p += 1;
             }
         }
+    }
+}
+
+struct View<'a> {
+    trans: &'a [u32],
+    mask: usize,
+    classes: &'a [u8; 256],
+    limit: u32,
+}
+
+impl View<'_> {
+    #[inline(always)]
+    fn step(&self, s: u32, b: u8) -> u32 {
+        self.trans[(s as usize + self.classes[b as usize] as usize) & self.mask]
+    }
+
+    #[inline(always)]
+    fn is_match(&self, s: u32) -> bool {
+        s < self.limit
     }
 }
 
