@@ -8,10 +8,15 @@
 //!    into a reused buffer (ASCII only: 14 ns per 100 bytes, where Unicode
 //!    lower-casing costs 50×).
 //! 2. **Collect candidates.** One scan of the lower-cased text with the
-//!    atom automaton; plus the rules gated by this error's provider, code
-//!    and status (table lookups); plus the few rules routed "always".
-//! 3. **Verify in rule order.** The first candidate whose whole condition
-//!    holds wins; its regexes run only now, on the original text.
+//!    atom automaton ([`crate::compile`]'s `scan` module), which sets a bit
+//!    per atom found; the rules behind those atoms, plus the rules listed
+//!    under this error's provider, code, type and status (table lookups),
+//!    plus the few rules routed "always", form a bitset over rule indices.
+//! 3. **Verify in rule order** (walking that bitset). The first candidate
+//!    whose whole condition holds wins. `has` tests are bit tests; a regex
+//!    that is a plain literal alternation is answered from the bits too; a
+//!    regex whose required literals did not all occur is false without
+//!    running; any other regex runs only now, on the lower-cased text.
 //!
 //! The hot path does not allocate: every buffer lives in [`Scratch`] and is
 //! reused (the JSON path allocates while parsing, as it must). Messages
@@ -20,9 +25,10 @@
 //! Worked example: `HTTP 402: Your weekly usage limit resets tomorrow`
 //! → status 402 (from the text), lower-cased
 //! `http 402: your weekly usage limit resets tomorrow`; the scan hits the
-//! atoms `weekly ` and `usage limit`; the candidates are the rules behind
-//! those atoms plus the rules gated by status 402, in rule order; the first
-//! that verifies is the temporary-402 rule → `rate_limit` (SPEC R8.3).
+//! atoms `weekly usage limit`, `usage limit` and `limit resets`; the
+//! candidates are the rules behind those atoms plus the rules gated by
+//! status 402, in rule order; the first that verifies is the temporary-402
+//! rule → `rate_limit` (SPEC R8.3).
 
 pub mod input;
 
