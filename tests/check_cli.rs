@@ -106,3 +106,20 @@ fn example_operator_layer_checks_and_passes_its_cases() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("content_policy.flagged"), "{}", text(&o));
 }
+
+/// `check --plan` is what an operator reads to see how each rule is
+/// reached and how each regex is decided (issue: classification).
+#[test]
+fn plan_shows_routes_and_regex_decisions() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/plan");
+    let o = failover(&[
+        "check",
+        "--no-defaults",
+        "--rules",
+        dir.to_str().unwrap(),
+        "--plan",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout).replace(dir.to_str().unwrap(), "tests/plan");
+    insta::assert_snapshot!(out);
+}

@@ -54,7 +54,7 @@ const MAX_CLASS_CHARS: usize = 4;
 /// exists.
 pub fn rule_atoms(expr: &Expr) -> Option<Vec<Vec<u8>>> {
     let atoms = expr_atoms(expr)?;
-    (min_len(&atoms) >= MIN_ATOM_LEN).then_some(atoms)
+    (min_len(&atoms) >= MIN_ATOM_LEN).then(|| minimal(atoms))
 }
 
 fn expr_atoms(expr: &Expr) -> Option<Vec<Vec<u8>>> {
@@ -268,7 +268,9 @@ pub fn regex_facts(pattern: &str, flags: &str, case_insensitive: bool) -> RegexF
     let gaps = count_gaps(&hir);
     let atoms = best_atoms(&info);
     let exact = match (&info.exact, info.look, case_insensitive) {
-        (Some(e), false, true) => usable(e.clone()).filter(|e| min_len(e) >= MIN_ATOM_LEN),
+        (Some(e), false, true) => usable(e.clone())
+            .filter(|e| min_len(e) >= MIN_ATOM_LEN)
+            .map(minimal),
         _ => None,
     };
     let mut gates: Vec<Vec<Vec<u8>>> = info

@@ -269,7 +269,24 @@ pub fn render(plan: &Plan, rules: &[Rule]) -> String {
                 .collect::<Vec<_>>()
                 .join(" | "),
         };
-        let _ = writeln!(out, "{:<width$}  {}", rule.id, how);
+        let _ = writeln!(
+            out,
+            "{:<width$}  {}{}",
+            rule.id,
+            how,
+            describe_regexes(&rule.cond)
+        );
+    }
+    let (mut exact, mut gated, mut run) = (0, 0, 0);
+    for rule in rules {
+        visit_regexes(
+            &rule.cond,
+            &mut |re| match (&re.exact_ids, re.gate_ids.is_empty()) {
+                (Some(_), _) => exact += 1,
+                (None, false) => gated += 1,
+                (None, true) => run += 1,
+            },
+        );
     }
     let _ = writeln!(
         out,
@@ -278,7 +295,37 @@ pub fn render(plan: &Plan, rules: &[Rule]) -> String {
         plan.atom_count(),
         plan.always_count()
     );
+    let _ = writeln!(
+        out,
+        "message regexes: {exact} answered by the scan, {gated} run only when their literals occur, {run} run whenever their rule is verified"
+    );
     out
+}
+
+/// How a rule's message regexes are decided: `  [regex: scan]` when the
+/// scan's hits answer it, `[regex: gated by N]` when it runs only once N
+/// literal sets all occurred, nothing when it simply runs.
+fn describe_regexes(cond: &Expr) -> String {
+    let mut parts = Vec::new();
+    visit_regexes(cond, &mut |re| match (&re.exact_ids, re.gate_ids.len()) {
+        (Some(_), _) => parts.push("scan".to_string()),
+        (None, 0) => parts.push("runs".to_string()),
+        (None, n) => parts.push(format!("gated by {n}")),
+    });
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("  [regex: {}]", parts.join(", "))
+    }
+}
+
+fn visit_regexes(expr: &Expr, f: &mut impl FnMut(&super::ir::CompiledRegex)) {
+    match expr {
+        Expr::And(parts) | Expr::Or(parts) => parts.iter().for_each(|p| visit_regexes(p, f)),
+        Expr::Not(inner) => visit_regexes(inner, f),
+        Expr::Text(TextField::Message, TextTest::Matches(re)) => f(re),
+        _ => {}
+    }
 }
 
 fn describe_key(k: &Key) -> String {
