@@ -63,7 +63,7 @@ impl Scanner {
     /// An automaton over `patterns` (non-empty, already lower-cased); a
     /// pattern's id is its index.
     pub(crate) fn build(patterns: &[Vec<u8>]) -> Scanner {
-        Scanner(Part::build(patterns))
+        Scanner(Part::build(patterns, MAX_TABLE))
     }
 
     /// Calls `hit` with the pattern id of every occurrence in `haystack`
@@ -75,13 +75,16 @@ impl Scanner {
 }
 
 impl Part {
-    fn build(patterns: &[Vec<u8>]) -> Part {
+    fn build(patterns: &[Vec<u8>], max_table: usize) -> Part {
         // Copied from the crate's NFA: building its DFA first and copying
         // that was slower (11 ms against 7 ms for the default rules).
         let nfa = noncontiguous::NFA::builder()
             .match_kind(MatchKind::Standard)
             .build(patterns);
-        match nfa.ok().and_then(|nfa| Dfa::from_automaton(&nfa, patterns)) {
+        match nfa
+            .ok()
+            .and_then(|nfa| Dfa::from_automaton(&nfa, patterns, max_table))
+        {
             Some(dfa) => Part::Dfa(dfa),
             None => Part::Nfa(
                 contiguous::NFA::builder()
@@ -137,8 +140,8 @@ impl Dfa {
     /// state (so a state's depth is its distance from the start: the atom
     /// prefix it stands for is the shortest input reaching it), then
     /// numbered match states first. `None` when the table would exceed
-    /// [`MAX_TABLE`].
-    fn from_automaton(nfa: &impl Automaton, patterns: &[Vec<u8>]) -> Option<Dfa> {
+    /// `max_table` entries ([`MAX_TABLE`]).
+    fn from_automaton(nfa: &impl Automaton, patterns: &[Vec<u8>], max_table: usize) -> Option<Dfa> {
         // Class 0: bytes in no pattern. Each other byte: its own class.
         let mut classes = [0u8; 256];
         let mut reps: Vec<u8> = Vec::new();
@@ -195,7 +198,7 @@ impl Dfa {
                 });
                 next.push(j);
             }
-            if found.len() << shift > MAX_TABLE {
+            if found.len() << shift > max_table {
                 return None;
             }
         }
@@ -375,6 +378,26 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// Past the size limit the compact NFA scans instead, and finds the
+    /// same atoms.
+    #[test]
+    fn falls_back_to_the_nfa_past_the_size_limit() {
+        let atoms = bytes(&["rate limit", "limit", "overloaded", "tpm"]);
+        let small = Scanner(Part::build(&atoms, 64));
+        assert!(matches!(small.0, Part::Nfa(_)));
+        let big = Scanner::build(&atoms);
+        assert!(matches!(big.0, Part::Dfa(_)));
+        for hay in [
+            &b"your rate limit was hit: 100 tpm"[..],
+            b"overloaded overloaded limit",
+            b"",
+            b"nothing here at all, just a long sentence with no atom inside of it, padded out past the split",
+        ] {
+            assert_eq!(found(&small, hay), naive(&atoms, hay));
+            assert_eq!(found(&big, hay), naive(&atoms, hay));
         }
     }
 
