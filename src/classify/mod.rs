@@ -16,7 +16,10 @@
 //!    whose whole condition holds wins. `has` tests are bit tests; a regex
 //!    that is a plain literal alternation is answered from the bits too; a
 //!    regex whose required literals did not all occur is false without
-//!    running; any other regex runs only now, on the lower-cased text.
+//!    running; any other regex runs only now, on the lower-cased text (with
+//!    the `c` flag, on the original). A message holding `ſ` or the Kelvin
+//!    sign, which a case-insensitive regex reads as `s` and `k`, skips
+//!    these shortcuts and verifies every rule.
 //!
 //! The hot path does not allocate: every buffer lives in [`Scratch`] and is
 //! reused (the JSON path allocates while parsing, as it must). Messages
@@ -415,6 +418,11 @@ impl Engine {
         lower.clear();
         lower.push_str(message);
         lower.make_ascii_lowercase();
+        // A case-insensitive regex matches `ſ` for `s` and the Kelvin sign
+        // for `k` (Unicode simple case folding), which ASCII lower-casing
+        // does not turn into `s`/`k`: the scan would miss atoms the regex
+        // still matches. Such (rare) messages skip the shortcuts.
+        let exhaustive = exhaustive || folds_beyond_ascii(lower);
         let provider_l = lower_into(err.provider, provider);
         let model_l = lower_into(err.model, model);
         let code_l = if body_code {
@@ -493,6 +501,14 @@ impl Engine {
         }
         self.verdict(winner, status, truncated)
     }
+}
+
+/// Whether the text holds `ſ` (U+017F) or `K` (U+212A), the two
+/// characters that case-fold to an ASCII letter without being one.
+fn folds_beyond_ascii(lower: &str) -> bool {
+    !lower.is_ascii()
+        && (memchr::memmem::find(lower.as_bytes(), "ſ".as_bytes()).is_some()
+            || memchr::memmem::find(lower.as_bytes(), "\u{212A}".as_bytes()).is_some())
 }
 
 /// Where a JSON body starts in a message: at the start (`{"error":…}`), or
@@ -797,6 +813,34 @@ mod tests {
         for (msg, status, want) in cases {
             let mut err = ProviderError::message(msg);
             err.status = status;
+            assert_eq!(e.classify(&err).rule, want, "{msg}");
+            assert_eq!(e.classify_exhaustive(&err).rule, want, "{msg} (exhaustive)");
+        }
+    }
+
+    /// `ſ` and the Kelvin sign fold to `s` and `k` in a case-insensitive
+    /// regex but are not lower-cased to them: the shortcuts must not hide
+    /// a match (found in review).
+    #[test]
+    fn unicode_folds_of_ascii_letters_do_not_fool_the_scan() {
+        let e = engine(
+            r#"
+            reason r { failover }
+            rule routed when provider == "openai" and message matches /insufficient quota/ => r
+            rule gated when message matches /token limit\b/ => r
+            rule word when message has "token limit" => r
+            "#,
+        );
+        let cases = [
+            ("Inſufficient quota", Some("openai"), Some("routed")),
+            ("insufficient quota", Some("openai"), Some("routed")),
+            ("to\u{212A}en limit", None, Some("gated")),
+            ("token limit", None, Some("gated")),
+            ("to\u{212A}en limitless", None, None),
+        ];
+        for (msg, provider, want) in cases {
+            let mut err = ProviderError::message(msg);
+            err.provider = provider;
             assert_eq!(e.classify(&err).rule, want, "{msg}");
             assert_eq!(e.classify_exhaustive(&err).rule, want, "{msg} (exhaustive)");
         }

@@ -19,8 +19,9 @@
 //! product is every string the regex can match: {"daily limit", "daily
 //! usage limit", "weekly limit", "weekly usage limit"}. A message must
 //! contain one of them before the rule is verified; and since the regex has
-//! no anchor or word boundary, the scan's hits *are* its answer: it never
-//! runs ([`regex_facts`]). When a piece is not exact (`\d+`, `[^\n]*`) it
+//! no anchor or word boundary, the scan's hits *are* its answer: on the
+//! matcher's path it never runs ([`regex_facts`]; a `c` regex, which is
+//! case-sensitive, always runs). When a piece is not exact (`\d+`, `[^\n]*`) it
 //! breaks the run, and the rule keeps the best of the sets found — the one
 //! whose least selective literal is most selective.
 //!
@@ -185,7 +186,9 @@ fn dedup(set: &mut Vec<Vec<u8>>) {
 
 /// Keeps a set only if every literal can be matched against ASCII
 /// lower-cased text: non-ASCII letters that have case variants would need
-/// Unicode folding, which the scan does not do.
+/// Unicode folding, which the scan does not do. (The other way round, `ſ`
+/// and the Kelvin sign fold to `s` and `k` in a regex: messages holding
+/// them skip the matcher's shortcuts, see [`crate::classify`].)
 fn usable(mut set: Vec<Vec<u8>>) -> Option<Vec<Vec<u8>>> {
     for lit in &mut set {
         lit.make_ascii_lowercase();
@@ -246,8 +249,9 @@ pub struct RegexFacts {
     /// set has no scan hit, the regex cannot match and is not run.
     pub gates: Vec<Vec<Vec<u8>>>,
     /// The regex matches exactly when the text contains one of these
-    /// literals (an alternation of literals with no anchors or word
-    /// boundaries): the scan's hits answer it, and it never runs.
+    /// literals: its language is a small finite set of strings (literals,
+    /// alternations, small classes, optional groups) with no anchor or
+    /// word boundary. The scan's hits answer it and it never runs.
     pub exact: Option<Vec<Vec<u8>>>,
     /// The regex's best atom set: one of these occurs in every match
     /// (what [`rule_atoms`] uses for routing).

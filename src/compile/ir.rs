@@ -137,7 +137,7 @@ pub struct CompiledRegex {
     /// The pattern between the slashes, and the flags, as written.
     pub pattern: String,
     pub flags: String,
-    /// What runs: the ASCII-folded pattern ([`super::fold`]) on the
+    /// What runs: the ASCII-folded pattern (the `fold` module) on the
     /// lower-cased message, or with the `c` flag the pattern as written on
     /// the original text.
     pub regex: Regex,

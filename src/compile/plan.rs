@@ -3,8 +3,9 @@
 //! Each rule gets a set of *keys* ([`route_keys`]), at least one of which
 //! every error it matches must have:
 //!
-//! * **atoms** go into one aho-corasick automaton over lower-cased text; a
-//!   rule is a candidate when one of its atoms occurs in the message;
+//! * **atoms** go into one automaton over lower-cased text (built by
+//!   aho-corasick, scanned by the `scan` module); a rule is a candidate
+//!   when one of its atoms occurs in the message;
 //! * **provider / code / type / status** keys list the rule in a table;
 //!   a rule is a candidate when the error's value is in the table;
 //! * rules with no key set are candidates for every message (`check` warns

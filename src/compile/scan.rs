@@ -33,8 +33,9 @@
 //! second piece starts fresh at `l` and reports `limit` again; the caller
 //! keeps a set.
 //!
-//! When the table would be too large (hundreds of thousands of atoms), the
-//! crate's compact NFA scans instead, one chain.
+//! When the table would pass 2^26 entries (states × row width: some
+//! hundreds of thousands of states), the crate's compact NFA scans
+//! instead, one chain.
 
 use std::collections::VecDeque;
 
