@@ -18,8 +18,8 @@
 //!    regex whose required literals did not all occur is false without
 //!    running; any other regex runs only now, on the lower-cased text (with
 //!    the `c` flag, on the original). A message holding `ſ` or the Kelvin
-//!    sign, which a case-insensitive regex reads as `s` and `k`, skips
-//!    these shortcuts and verifies every rule.
+//!    sign, which a case-insensitive regex reads as `s` and `k`, is scanned
+//!    with `s` and `k` in their place and verified without the shortcuts.
 //!
 //! The hot path does not allocate: every buffer lives in [`Scratch`] and is
 //! reused (the JSON path allocates while parsing, as it must). Messages
@@ -114,6 +114,9 @@ pub struct Scratch {
     /// Bitset over atom pattern ids: which atoms this message contains.
     hits: Vec<u64>,
     json: Option<Value>,
+    /// The lower-cased message with `ſ` and the Kelvin sign spelled `s`
+    /// and `k`, for the scan of the (rare) messages that hold them.
+    folded: String,
 }
 
 thread_local! {
@@ -313,6 +316,7 @@ impl Engine {
             candidates,
             hits,
             json,
+            folded,
         } = scratch;
 
         // 1. Normalise. The plain path (a message, no body) copies nothing
@@ -420,9 +424,20 @@ impl Engine {
         lower.make_ascii_lowercase();
         // A case-insensitive regex matches `ſ` for `s` and the Kelvin sign
         // for `k` (Unicode simple case folding), which ASCII lower-casing
-        // does not turn into `s`/`k`: the scan would miss atoms the regex
-        // still matches. Such (rare) messages skip the shortcuts.
-        let exhaustive = exhaustive || folds_beyond_ascii(lower);
+        // does not turn into `s`/`k`: a scan of `lower` could miss atoms
+        // such a regex needs. For the (rare) messages holding them, the
+        // scan reads a copy with `s` and `k` in their place — its hits then
+        // still route every rule that can match — and verification does
+        // not use the hits (a `has` test must not see `s` for `ſ`).
+        let odd_folds = folds_beyond_ascii(lower);
+        let scan_text: &str = if odd_folds {
+            folded.clear();
+            folded.push_str(&lower.replace('ſ', "s").replace('\u{212A}', "k"));
+            folded
+        } else {
+            lower
+        };
+        let hits_decide = !exhaustive && !odd_folds;
         let provider_l = lower_into(err.provider, provider);
         let model_l = lower_into(err.model, model);
         let code_l = if body_code {
@@ -451,7 +466,7 @@ impl Engine {
             candidates.fill(u64::MAX);
         } else {
             self.collect_candidates(
-                lower,
+                scan_text,
                 status,
                 [provider_l, code_l, type_l],
                 candidates,
@@ -463,7 +478,7 @@ impl Engine {
         let view = View {
             text: message,
             lower,
-            hits: if exhaustive { &[] } else { hits },
+            hits: if hits_decide { hits } else { &[] },
             status,
             provider: provider_l,
             model: model_l,

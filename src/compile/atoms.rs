@@ -188,7 +188,8 @@ fn dedup(set: &mut Vec<Vec<u8>>) {
 /// lower-cased text: non-ASCII letters that have case variants would need
 /// Unicode folding, which the scan does not do. (The other way round, `ſ`
 /// and the Kelvin sign fold to `s` and `k` in a regex: messages holding
-/// them skip the matcher's shortcuts, see [`crate::classify`].)
+/// them are scanned with `s` and `k` in their place, see
+/// [`crate::classify`].)
 fn usable(mut set: Vec<Vec<u8>>) -> Option<Vec<Vec<u8>>> {
     for lit in &mut set {
         lit.make_ascii_lowercase();
