@@ -14,12 +14,13 @@
 //!    plus the few rules routed "always", form a bitset over rule indices.
 //! 3. **Verify in rule order** (walking that bitset). The first candidate
 //!    whose whole condition holds wins. `has` tests are bit tests; a regex
-//!    that is a plain literal alternation is answered from the bits too; a
-//!    regex whose required literals did not all occur is false without
-//!    running; any other regex runs only now, on the lower-cased text (with
-//!    the `c` flag, on the original). A message holding `ſ` or the Kelvin
-//!    sign, which a case-insensitive regex reads as `s` and `k`, is scanned
-//!    with `s` and `k` in their place and verified without the shortcuts.
+//!    whose language is a small set of literal strings is answered from the
+//!    bits too; a regex whose required literals did not all occur is false
+//!    without running; any other regex runs only now, on the lower-cased
+//!    text (with the `c` flag, on the original). A message holding `ſ` or
+//!    the Kelvin sign, which a case-insensitive regex reads as `s` and `k`,
+//!    is scanned with `s` and `k` in their place and verified without the
+//!    shortcuts.
 //!
 //! The hot path does not allocate: every buffer lives in [`Scratch`] and is
 //! reused (the JSON path allocates while parsing, as it must). Messages
