@@ -307,8 +307,13 @@ pub fn regex_facts(pattern: &str, flags: &str, case_insensitive: bool) -> RegexF
 
 /// A literal set with every member dropped that contains another member
 /// (`input length` when `input` is there): "one of them occurs" is the
-/// same, with fewer atoms to scan for.
+/// same, with fewer atoms to scan for. Sets over [`MAX_EXACT_SET`]
+/// members (long `has any` lists) are kept as they are: the check is
+/// quadratic.
 fn minimal(set: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    if set.len() > MAX_EXACT_SET {
+        return set;
+    }
     let keep: Vec<bool> = set
         .iter()
         .enumerate()
