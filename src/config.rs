@@ -665,17 +665,23 @@ impl Reader {
             }
             let help = suggest(name, known)
                 .map(|m| format!("did you mean `{m}`?"))
-                .or_else(|| Some(format!("known keys here: {}", known.join(", "))));
-            self.at(Seg::Key(name.to_string()), |r| {
-                r.push(
-                    Severity::Warning,
-                    "unknown key, ignored".to_string(),
-                    help,
-                    true,
-                )
-            });
+                .unwrap_or_else(|| format!("known keys here: {}", known.join(", ")));
+            self.unknown_key(name, help);
         }
         out
+    }
+
+    /// Warns that key `name` is not read (`help`: a near miss, or the
+    /// known keys).
+    fn unknown_key(&mut self, name: &str, help: String) {
+        self.at(Seg::Key(name.to_string()), |r| {
+            r.push(
+                Severity::Warning,
+                "unknown key, ignored".to_string(),
+                Some(help),
+                true,
+            )
+        });
     }
 
     fn root(&mut self, v: &Value) -> GatewayConfig {
@@ -718,15 +724,7 @@ impl Reader {
             if known.contains(&name) {
                 out.push((name, v));
             } else if let Some(m) = suggest(name, known) {
-                let help = Some(format!("did you mean `{m}`?"));
-                self.at(Seg::Key(name.to_string()), |r| {
-                    r.push(
-                        Severity::Warning,
-                        "unknown key, ignored".to_string(),
-                        help,
-                        true,
-                    )
-                });
+                self.unknown_key(name, format!("did you mean `{m}`?"));
             }
         }
         out

@@ -111,7 +111,7 @@ impl Literal {
     #[inline]
     pub fn occurs(&self, haystack_lower: &[u8], hits: Option<&[u64]>) -> bool {
         match (self.atom, hits) {
-            (Some(id), Some(h)) => h[(id / 64) as usize] & (1u64 << (id % 64)) != 0,
+            (Some(id), Some(h)) => has_bit(h, id),
             _ => self.is_in(haystack_lower),
         }
     }
@@ -121,6 +121,12 @@ impl Literal {
     pub fn is_in(&self, haystack_lower: &[u8]) -> bool {
         self.finder.find(haystack_lower).is_some()
     }
+}
+
+/// Whether atom `id` is set in the scan's hit bitset.
+#[inline]
+fn has_bit(hits: &[u64], id: u32) -> bool {
+    hits[(id / 64) as usize] & (1u64 << (id % 64)) != 0
 }
 
 impl PartialEq for Literal {
@@ -157,7 +163,7 @@ impl CompiledRegex {
     #[inline]
     pub fn is_match_message(&self, lower: &str, original: &str, hits: Option<&[u64]>) -> bool {
         if let Some(h) = hits {
-            let hit = |id: &u32| h[(*id / 64) as usize] & (1u64 << (id % 64)) != 0;
+            let hit = |&id: &u32| has_bit(h, id);
             if !self.gate_ids.iter().all(|g| g.iter().any(hit)) {
                 return false;
             }

@@ -280,14 +280,11 @@ pub fn render(plan: &Plan, rules: &[Rule]) -> String {
     }
     let (mut exact, mut gated, mut run) = (0, 0, 0);
     for rule in rules {
-        visit_regexes(
-            &rule.cond,
-            &mut |re| match (&re.exact_ids, re.gate_ids.is_empty()) {
-                (Some(_), _) => exact += 1,
-                (None, false) => gated += 1,
-                (None, true) => run += 1,
-            },
-        );
+        visit_regexes(&rule.cond, &mut |re| match decision(re) {
+            Decision::Scan => exact += 1,
+            Decision::Gated(_) => gated += 1,
+            Decision::Runs => run += 1,
+        });
     }
     let _ = writeln!(
         out,
@@ -308,15 +305,35 @@ pub fn render(plan: &Plan, rules: &[Rule]) -> String {
 /// literal sets all occurred, nothing when it simply runs.
 fn describe_regexes(cond: &Expr) -> String {
     let mut parts = Vec::new();
-    visit_regexes(cond, &mut |re| match (&re.exact_ids, re.gate_ids.len()) {
-        (Some(_), _) => parts.push("scan".to_string()),
-        (None, 0) => parts.push("runs".to_string()),
-        (None, n) => parts.push(format!("gated by {n}")),
+    visit_regexes(cond, &mut |re| {
+        parts.push(match decision(re) {
+            Decision::Scan => "scan".to_string(),
+            Decision::Gated(n) => format!("gated by {n}"),
+            Decision::Runs => "runs".to_string(),
+        })
     });
     if parts.is_empty() {
         String::new()
     } else {
         format!("  [regex: {}]", parts.join(", "))
+    }
+}
+
+/// How a message regex is decided at run time.
+enum Decision {
+    /// The scan's hits answer it.
+    Scan,
+    /// It runs once this many literal sets all had hits.
+    Gated(usize),
+    /// It runs whenever its rule is verified.
+    Runs,
+}
+
+fn decision(re: &super::ir::CompiledRegex) -> Decision {
+    match (&re.exact_ids, re.gate_ids.len()) {
+        (Some(_), _) => Decision::Scan,
+        (None, 0) => Decision::Runs,
+        (None, n) => Decision::Gated(n),
     }
 }
 

@@ -52,10 +52,7 @@ const PIECES: usize = 4;
 const MAX_TABLE: usize = 1 << 26;
 
 #[derive(Debug)]
-pub(crate) struct Scanner(Part);
-
-#[derive(Debug)]
-enum Part {
+pub(crate) enum Scanner {
     Dfa(Dfa),
     Nfa(contiguous::NFA),
 }
@@ -64,19 +61,10 @@ impl Scanner {
     /// An automaton over `patterns` (non-empty, already lower-cased); a
     /// pattern's id is its index.
     pub(crate) fn build(patterns: &[Vec<u8>]) -> Scanner {
-        Scanner(Part::build(patterns, MAX_TABLE))
+        Scanner::build_within(patterns, MAX_TABLE)
     }
 
-    /// Calls `hit` with the pattern id of every occurrence in `haystack`
-    /// (an occurrence may be reported more than once).
-    #[inline]
-    pub(crate) fn scan(&self, haystack: &[u8], mut hit: impl FnMut(usize)) {
-        self.0.scan(haystack, &mut hit)
-    }
-}
-
-impl Part {
-    fn build(patterns: &[Vec<u8>], max_table: usize) -> Part {
+    fn build_within(patterns: &[Vec<u8>], max_table: usize) -> Scanner {
         // Copied from the crate's NFA: building its DFA first and copying
         // that was slower (11 ms against 7 ms for the default rules).
         let nfa = noncontiguous::NFA::builder()
@@ -86,8 +74,8 @@ impl Part {
             .ok()
             .and_then(|nfa| Dfa::from_automaton(&nfa, patterns, max_table))
         {
-            Some(dfa) => Part::Dfa(dfa),
-            None => Part::Nfa(
+            Some(dfa) => Scanner::Dfa(dfa),
+            None => Scanner::Nfa(
                 contiguous::NFA::builder()
                     .match_kind(MatchKind::Standard)
                     .build(patterns)
@@ -96,11 +84,13 @@ impl Part {
         }
     }
 
+    /// Calls `hit` with the pattern id of every occurrence in `haystack`
+    /// (an occurrence may be reported more than once).
     #[inline]
-    fn scan(&self, haystack: &[u8], hit: &mut impl FnMut(usize)) {
+    pub(crate) fn scan(&self, haystack: &[u8], mut hit: impl FnMut(usize)) {
         match self {
-            Part::Dfa(dfa) => dfa.scan(haystack, hit),
-            Part::Nfa(nfa) => {
+            Scanner::Dfa(dfa) => dfa.scan(haystack, hit),
+            Scanner::Nfa(nfa) => {
                 let mut sid = nfa
                     .start_state(Anchored::No)
                     .expect("the automaton supports unanchored search");
@@ -366,7 +356,7 @@ mod tests {
     fn finds_atoms_everywhere() {
         let atoms = bytes(&["rate limit", "overloaded", "tpm"]);
         let scanner = Scanner::build(&atoms);
-        assert!(matches!(scanner.0, Part::Dfa(_)));
+        assert!(matches!(scanner, Scanner::Dfa(_)));
         for len in [50usize, 95, 96, 97, 98, 99, 127, 128, 300, 1001] {
             for (atom, a) in atoms.iter().enumerate() {
                 for at in 0..=len - a.len() {
@@ -387,10 +377,10 @@ mod tests {
     #[test]
     fn falls_back_to_the_nfa_past_the_size_limit() {
         let atoms = bytes(&["rate limit", "limit", "overloaded", "tpm"]);
-        let small = Scanner(Part::build(&atoms, 64));
-        assert!(matches!(small.0, Part::Nfa(_)));
+        let small = Scanner::build_within(&atoms, 64);
+        assert!(matches!(small, Scanner::Nfa(_)));
         let big = Scanner::build(&atoms);
-        assert!(matches!(big.0, Part::Dfa(_)));
+        assert!(matches!(big, Scanner::Dfa(_)));
         for hay in [
             &b"your rate limit was hit: 100 tpm"[..],
             b"overloaded overloaded limit",
