@@ -510,21 +510,27 @@ fn classify_chunk(
         bytes: chunk.bytes.len() as u64,
         per_reason: vec![0; engine.ruleset().reasons.len()],
     };
-    for (i, raw) in chunk.bytes.split_inclusive(|&b| b == b'\n').enumerate() {
-        let line = trim_line(raw);
+    let bytes = &chunk.bytes[..];
+    let mut start = 0;
+    for i in 0u64.. {
+        if start >= bytes.len() {
+            break;
+        }
+        let end = memchr::memchr(b'\n', &bytes[start..]).map_or(bytes.len(), |at| start + at + 1);
+        let line = trim_line(&bytes[start..end]);
+        start = end;
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
         done.lines += 1;
-        match classify_line(engine, line, scratch, body_text, explain) {
-            Ok((reason, json)) => {
-                done.per_reason[reason] += 1;
-                done.out.extend_from_slice(json.as_bytes());
-            }
+        let mark = done.out.len();
+        match classify_line(engine, line, scratch, body_text, explain, &mut done.out) {
+            Ok(reason) => done.per_reason[reason] += 1,
             Err(error) => {
+                done.out.truncate(mark);
                 done.bad += 1;
                 let line = ErrorLine {
-                    line: chunk.first_line + i as u64,
+                    line: chunk.first_line + i,
                     reason: None,
                     rule: None,
                     failover: None,
@@ -546,14 +552,16 @@ fn trim_line(buf: &[u8]) -> &[u8] {
     &buf[..end]
 }
 
-/// Classifies one line; returns the reason index and the output JSON.
+/// Classifies one line, appending its output JSON to `out`; returns the
+/// reason index. On an error, `out` may hold a partial line to drop.
 fn classify_line(
     engine: &Engine,
     line: &[u8],
     scratch: &mut Scratch,
     body_text: &mut String,
     explain: bool,
-) -> Result<(usize, String), String> {
+    out: &mut Vec<u8>,
+) -> Result<usize, String> {
     let text = std::str::from_utf8(line).map_err(|e| {
         format!(
             "line is not valid UTF-8 (first bad byte at column {})",
@@ -596,11 +604,11 @@ fn classify_line(
     } else {
         (engine.classify_with(&err, scratch), None)
     };
-    let mut out = OutLine::from(&c);
+    let mut line_out = OutLine::from(&c);
     if let Some(ex) = ex {
         let rs = engine.ruleset();
         let sources = engine.sources();
-        out.explain = Some(ExplainOut {
+        line_out.explain = Some(ExplainOut {
             atoms: ex.atoms_hit,
             verified: ex
                 .verified
@@ -619,8 +627,8 @@ fn classify_line(
                 .map(|i| sources.location(rs.rules[i as usize].span)),
         });
     }
-    let json = serde_json::to_string(&out).map_err(|e| e.to_string())?;
-    Ok((c.reason_id.0 as usize, json))
+    serde_json::to_writer(out, &line_out).map_err(|e| e.to_string())?;
+    Ok(c.reason_id.0 as usize)
 }
 
 /// A serde error in operator words: which field, what was wrong.
