@@ -252,8 +252,11 @@ impl Engine {
                     .sort_by_key(|a| memchr::memmem::find(lower.as_bytes(), a.as_bytes()));
             }
         }
-        if let Some(s) = status {
-            add(&plan.by_status[(s - 100) as usize]);
+        // A status outside 100–599 (a caller's bad value) routes nothing.
+        if let Some(rules) =
+            status.and_then(|s| plan.by_status.get(usize::from(s).wrapping_sub(100)))
+        {
+            add(rules);
         }
         for (value, table) in [
             (provider, &plan.by_provider),
@@ -714,6 +717,29 @@ mod tests {
             e.classify(&ProviderError::message("echo: HTTP 429")).rule,
             None
         );
+    }
+
+    /// A caller's status outside 100–599 is no HTTP status: no status rule
+    /// holds for it, and nothing panics (it indexed the status table).
+    #[test]
+    fn status_outside_the_http_range_matches_no_status_rule() {
+        let e = engine(
+            "reason r { failover }\nrule s when status in [100..599] => r\nrule t when message has \"late\" => r",
+        );
+        for status in [0, 7, 99, 600, 65535] {
+            let err = ProviderError {
+                status: Some(status),
+                ..ProviderError::message("too late")
+            };
+            let c = e.classify(&err);
+            assert_eq!(c.rule, Some("t"), "status {status}");
+            assert_eq!(c.status, Some(status));
+        }
+        let err = ProviderError {
+            status: Some(599),
+            ..ProviderError::message("too late")
+        };
+        assert_eq!(e.classify(&err).rule, Some("s"));
     }
 
     #[test]

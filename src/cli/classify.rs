@@ -35,8 +35,8 @@ pub struct ClassifyArgs {
     /// Classify one message instead of a stream.
     #[arg(long)]
     pub message: Option<String>,
-    /// HTTP status of the one message.
-    #[arg(long)]
+    /// HTTP status of the one message (100–599).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(100..=599))]
     pub status: Option<u16>,
     /// Provider id of the one message (e.g. `openrouter`).
     #[arg(long)]
@@ -237,15 +237,15 @@ fn status_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u16>, D
     use serde::de::Error;
     let v: Option<Value> = Option::deserialize(d)?;
     let bad = || D::Error::custom("`status` must be an HTTP status code (an integer 100–599)");
-    match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .and_then(|s| u16::try_from(s).ok())
-            .map(Some)
-            .ok_or_else(bad),
-        Some(Value::String(s)) => s.trim().parse::<u16>().map(Some).map_err(|_| bad()),
-        Some(_) => Err(bad()),
+    let status = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Number(n)) => n.as_u64(),
+        Some(Value::String(s)) => s.trim().parse::<u64>().ok(),
+        Some(_) => None,
+    };
+    match status {
+        Some(s @ 100..=599) => Ok(Some(s as u16)),
+        _ => Err(bad()),
     }
 }
 
@@ -384,6 +384,7 @@ pub fn classify_stream<R: BufRead, W: Write + Send, P: Write + Send>(
     let (work_tx, work_rx) = std::sync::mpsc::sync_channel::<Chunk>(workers * 2);
     let work_rx = std::sync::Mutex::new(work_rx);
     let (done_tx, done_rx) = std::sync::mpsc::sync_channel::<Classified>(workers * 2);
+    let heads = &OutputHeads::new(engine);
 
     std::thread::scope(|scope| {
         for _ in 0..workers {
@@ -395,8 +396,14 @@ pub fn classify_stream<R: BufRead, W: Write + Send, P: Write + Send>(
                 loop {
                     let job = work_rx.lock().map(|rx| rx.recv());
                     let Ok(Ok(chunk)) = job else { break };
-                    let done =
-                        classify_chunk(engine, &chunk, explain, &mut scratch, &mut body_text);
+                    let mut cx = LineContext {
+                        engine,
+                        heads,
+                        scratch: &mut scratch,
+                        body_text: &mut body_text,
+                        explain,
+                    };
+                    let done = classify_chunk(&mut cx, &chunk);
                     if done_tx.send(done).is_err() {
                         break;
                     }
@@ -457,23 +464,23 @@ pub fn classify_stream<R: BufRead, W: Write + Send, P: Write + Send>(
             Ok(stats)
         });
 
-        // The reader: whole lines into chunks of about CHUNK_BYTES.
+        // The reader: a block of CHUNK_BYTES, completed to a whole line.
         let read = (|| -> io::Result<()> {
             let mut seq = 0u64;
             let mut line_no = 1u64;
             loop {
                 let mut bytes = Vec::with_capacity(CHUNK_BYTES + (4 << 10));
                 let first_line = line_no;
-                while bytes.len() < CHUNK_BYTES {
-                    let n = input.read_until(b'\n', &mut bytes)?;
-                    if n == 0 {
-                        break;
-                    }
-                    line_no += 1;
+                (&mut input)
+                    .take(CHUNK_BYTES as u64)
+                    .read_to_end(&mut bytes)?;
+                if bytes.last().is_some_and(|&b| b != b'\n') {
+                    input.read_until(b'\n', &mut bytes)?;
                 }
                 if bytes.is_empty() {
                     return Ok(());
                 }
+                line_no += memchr::memchr_iter(b'\n', &bytes).count() as u64;
                 let chunk = Chunk {
                     seq,
                     first_line,
@@ -494,14 +501,85 @@ pub fn classify_stream<R: BufRead, W: Write + Send, P: Write + Send>(
     })
 }
 
-/// Classifies every line of one chunk.
-fn classify_chunk(
-    engine: &Engine,
-    chunk: &Chunk,
+/// What classifying a line needs: the engine, the output heads, and one
+/// worker's reusable buffers.
+struct LineContext<'a> {
+    engine: &'a Engine,
+    heads: &'a OutputHeads,
+    scratch: &'a mut Scratch,
+    body_text: &'a mut String,
     explain: bool,
-    scratch: &mut Scratch,
-    body_text: &mut String,
-) -> Classified {
+}
+
+/// Each possible verdict's output line up to its optional fields,
+/// serialised once: `{"reason":…,"rule":…,"failover":…` by rule index,
+/// and for no rule (`unclassified`). A line is then a copy, the optional
+/// `status` / `truncated`, and `}`: the same bytes serde writes.
+struct OutputHeads {
+    by_rule: Vec<Vec<u8>>,
+    no_rule: Vec<u8>,
+}
+
+impl OutputHeads {
+    fn new(engine: &Engine) -> OutputHeads {
+        let rs = engine.ruleset();
+        let head = |reason: crate::compile::ReasonId, rule: Option<&str>| {
+            let def = rs.reason(reason);
+            let line = OutLine {
+                reason: &def.name,
+                rule,
+                failover: def.behaviour.failover,
+                status: None,
+                truncated: false,
+                explain: None,
+            };
+            let mut bytes = serde_json::to_vec(&line).expect("serialising to a Vec cannot fail");
+            debug_assert_eq!(bytes.last(), Some(&b'}'));
+            bytes.pop();
+            bytes
+        };
+        OutputHeads {
+            by_rule: rs
+                .rules
+                .iter()
+                .map(|r| head(r.reason, Some(&r.id)))
+                .collect(),
+            no_rule: head(rs.unclassified, None),
+        }
+    }
+
+    /// Appends the output line of `c` (without `explain`).
+    fn write(&self, c: &Classification, out: &mut Vec<u8>) {
+        let head = match c.rule_index {
+            Some(i) => &self.by_rule[i as usize],
+            None => &self.no_rule,
+        };
+        out.extend_from_slice(head);
+        if let Some(s) = c.status {
+            out.extend_from_slice(b",\"status\":");
+            let mut digits = [0u8; 5];
+            let mut n = s as usize;
+            let mut at = digits.len();
+            loop {
+                at -= 1;
+                digits[at] = b'0' + (n % 10) as u8;
+                n /= 10;
+                if n == 0 {
+                    break;
+                }
+            }
+            out.extend_from_slice(&digits[at..]);
+        }
+        if c.truncated {
+            out.extend_from_slice(b",\"truncated\":true");
+        }
+        out.push(b'}');
+    }
+}
+
+/// Classifies every line of one chunk.
+fn classify_chunk(cx: &mut LineContext, chunk: &Chunk) -> Classified {
+    let engine = cx.engine;
     let mut done = Classified {
         seq: chunk.seq,
         out: Vec::with_capacity(chunk.bytes.len() / 3),
@@ -524,7 +602,7 @@ fn classify_chunk(
         }
         done.lines += 1;
         let mark = done.out.len();
-        match classify_line(engine, line, scratch, body_text, explain, &mut done.out) {
+        match classify_line(cx, line, &mut done.out) {
             Ok(reason) => done.per_reason[reason] += 1,
             Err(error) => {
                 done.out.truncate(mark);
@@ -554,14 +632,15 @@ fn trim_line(buf: &[u8]) -> &[u8] {
 
 /// Classifies one line, appending its output JSON to `out`; returns the
 /// reason index. On an error, `out` may hold a partial line to drop.
-fn classify_line(
-    engine: &Engine,
-    line: &[u8],
-    scratch: &mut Scratch,
-    body_text: &mut String,
-    explain: bool,
-    out: &mut Vec<u8>,
-) -> Result<usize, String> {
+fn classify_line(cx: &mut LineContext, line: &[u8], out: &mut Vec<u8>) -> Result<usize, String> {
+    let LineContext {
+        engine,
+        heads,
+        scratch,
+        body_text,
+        explain,
+    } = cx;
+    let engine: &Engine = engine;
     let text = std::str::from_utf8(line).map_err(|e| {
         format!(
             "line is not valid UTF-8 (first bad byte at column {})",
@@ -598,35 +677,33 @@ fn classify_line(
         message: parsed.message.as_deref(),
         body,
     };
-    let (c, ex) = if explain {
-        let (c, ex) = engine.explain(&err);
-        (c, Some(ex))
-    } else {
-        (engine.classify_with(&err, scratch), None)
-    };
-    let mut line_out = OutLine::from(&c);
-    if let Some(ex) = ex {
-        let rs = engine.ruleset();
-        let sources = engine.sources();
-        line_out.explain = Some(ExplainOut {
-            atoms: ex.atoms_hit,
-            verified: ex
-                .verified
-                .iter()
-                .map(|(i, holds)| {
-                    let r = &rs.rules[*i as usize];
-                    VerifiedOut {
-                        rule: &r.id,
-                        holds: *holds,
-                        at: sources.location(r.span),
-                    }
-                })
-                .collect(),
-            at: c
-                .rule_index
-                .map(|i| sources.location(rs.rules[i as usize].span)),
-        });
+    if !*explain {
+        let c = engine.classify_with(&err, scratch);
+        heads.write(&c, out);
+        return Ok(c.reason_id.0 as usize);
     }
+    let (c, ex) = engine.explain(&err);
+    let rs = engine.ruleset();
+    let sources = engine.sources();
+    let mut line_out = OutLine::from(&c);
+    line_out.explain = Some(ExplainOut {
+        atoms: ex.atoms_hit,
+        verified: ex
+            .verified
+            .iter()
+            .map(|(i, holds)| {
+                let r = &rs.rules[*i as usize];
+                VerifiedOut {
+                    rule: &r.id,
+                    holds: *holds,
+                    at: sources.location(r.span),
+                }
+            })
+            .collect(),
+        at: c
+            .rule_index
+            .map(|i| sources.location(rs.rules[i as usize].span)),
+    });
     serde_json::to_writer(out, &line_out).map_err(|e| e.to_string())?;
     Ok(c.reason_id.0 as usize)
 }
@@ -669,6 +746,41 @@ mod tests {
     }
 
     #[test]
+    fn output_heads_write_what_serde_writes() {
+        let engine = Engine::builtin();
+        let heads = OutputHeads::new(&engine);
+        let mut scratch = Scratch::default();
+        let mut checked = 0;
+        for (message, status) in [
+            ("rate limit exceeded", Some(429)),
+            ("rate limit exceeded", None),
+            ("", None),
+            ("something no rule knows about", Some(500)),
+            ("something no rule knows about", Some(7)),
+            ("HTTP 402: your weekly usage limit resets tomorrow", None),
+        ] {
+            let err = ProviderError {
+                message: Some(message),
+                status,
+                ..ProviderError::default()
+            };
+            let c = engine.classify_with(&err, &mut scratch);
+            for truncated in [false, true] {
+                let c = Classification { truncated, ..c };
+                let mut fast = Vec::new();
+                heads.write(&c, &mut fast);
+                let serde = serde_json::to_vec(&OutLine::from(&c)).unwrap();
+                assert_eq!(
+                    String::from_utf8(fast).unwrap(),
+                    String::from_utf8(serde).unwrap()
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 12);
+    }
+
+    #[test]
     fn bad_lines_get_an_error_and_the_stream_continues() {
         let (out, stats) = run_stream(concat!(
             "{\"message\": \"Too many requests\", \"status\": 429}\n",
@@ -703,6 +815,23 @@ mod tests {
         assert_eq!((stats.lines, stats.bad), (5, 3));
         let (quoted, _) = run_stream("{\"status\": \"429\"}\n");
         assert_eq!(quoted[0]["reason"], "rate_limit");
+        // Numbers that are no HTTP status: a per-line error, not a crash.
+        let (out, stats) = run_stream(concat!(
+            "{\"message\": \"x\", \"status\": 7}\n",
+            "{\"message\": \"x\", \"status\": 700}\n",
+            "{\"message\": \"x\", \"status\": \"99\"}\n",
+            "{\"message\": \"x\", \"status\": 65536}\n",
+            "{\"message\": \"Too many requests\", \"status\": 599}\n",
+        ));
+        assert_eq!((stats.lines, stats.bad), (5, 4));
+        for (i, line) in out[..4].iter().enumerate() {
+            assert_eq!(line["line"], i + 1);
+            assert!(
+                line["error"].as_str().unwrap().contains("100–599"),
+                "{line}"
+            );
+        }
+        assert_eq!(out[4]["status"], 599);
     }
 
     #[test]
