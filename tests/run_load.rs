@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use failover::run::{AttemptError, MemoryStore, ProviderFailure, RunError, RunRequest, Runner};
-use failover::store::{ManualClock, Store};
+use failover::store::{
+    AuthProfiles, AuthState, ManualClock, Problem, SessionEntry, SessionStore, Store, StoreError,
+};
 use run_common::*;
 
 const RUNS: u64 = 10_000;
@@ -22,18 +24,67 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// A store that holds every read open for a few microseconds (a busy
+/// wait, no sleep) before returning it. A state update done as "read, then
+/// write back" instead of one locked update would then lose the other
+/// worker's updates often enough for the count below to catch it; the
+/// store's own locked updates are untouched.
+struct SlowReads(MemoryStore);
+
+impl SlowReads {
+    fn hold<T>(&self, value: T) -> T {
+        let until = std::time::Instant::now() + std::time::Duration::from_micros(20);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        value
+    }
+}
+
+impl Store for SlowReads {
+    fn agent_id(&self) -> &str {
+        self.0.agent_id()
+    }
+    fn load_profiles(&self) -> Result<AuthProfiles, StoreError> {
+        self.0.load_profiles()
+    }
+    fn load_state(&self) -> Result<AuthState, StoreError> {
+        self.hold(self.0.load_state())
+    }
+    fn load_sessions(&self) -> Result<SessionStore, StoreError> {
+        self.hold(self.0.load_sessions())
+    }
+    fn load_session(&self, key: &str) -> Result<Option<SessionEntry>, StoreError> {
+        self.hold(self.0.load_session(key))
+    }
+    fn update_profiles_dyn(&self, f: &mut dyn FnMut(&mut AuthProfiles)) -> Result<(), StoreError> {
+        self.0.update_profiles_dyn(f)
+    }
+    fn update_state_dyn(&self, f: &mut dyn FnMut(&mut AuthState)) -> Result<(), StoreError> {
+        self.0.update_state_dyn(f)
+    }
+    fn update_sessions_dyn(&self, f: &mut dyn FnMut(&mut SessionStore)) -> Result<(), StoreError> {
+        self.0.update_sessions_dyn(f)
+    }
+    fn take_problems(&self) -> Vec<Problem> {
+        self.0.take_problems()
+    }
+}
+
 #[test]
 fn ten_thousand_concurrent_runs() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .build()
         .unwrap();
-    let store = Arc::new(MemoryStore::new("main").with_profiles(profiles(&[
-        ("doomed:a", "sk-doomed-aaaaaaaa"),
-        ("flaky:a", "sk-flaky-aaaaaaaa"),
-        ("flaky:b", "sk-flaky-bbbbbbbb"),
-        ("steady:a", "sk-steady-aaaaaaa"),
-    ])));
+    let store = Arc::new(SlowReads(MemoryStore::new("main").with_profiles(profiles(
+        &[
+            ("doomed:a", "sk-doomed-aaaaaaaa"),
+            ("flaky:a", "sk-flaky-aaaaaaaa"),
+            ("flaky:b", "sk-flaky-bbbbbbbb"),
+            ("steady:a", "sk-steady-aaaaaaa"),
+        ],
+    ))));
     let cfg = config(
         "agents: { defaults: { model: { primary: doomed/x, fallbacks: [flaky/m, steady/m] } } }",
     );
@@ -108,7 +159,8 @@ fn ten_thousand_concurrent_runs() {
     assert!(ok > RUNS as usize / 2, "ok {ok} summary {summary}");
 
     // No lost update: every failed call of `doomed:a` was counted, even
-    // the ones that raced each other.
+    // the ones that raced each other (two worker threads, reads held open
+    // by `SlowReads`).
     let state = store.load_state().unwrap();
     let doomed = &state.usage_stats["doomed:a"];
     assert_eq!(
