@@ -214,6 +214,48 @@ async fn r11_3_concurrent_user_model_change_survives_rollback() {
     assert_eq!(e.model_override_source.as_deref(), Some("user"));
 }
 
+// R11.4, the same race when the user's `/model` stays with the fallback's
+// provider: `provider_override` still equals what the runner wrote, but it
+// belongs to the user's choice now. Rolling back field by field would tear
+// the entry (no provider, the user's model); the model fields go back only
+// as a group, and the group is the user's.
+#[tokio::test(start_paused = true)]
+async fn r11_4_concurrent_same_provider_change_is_not_torn() {
+    let h = setup(THREE, KEYS);
+    let runner = h.runner.clone();
+    let f = move |a: failover::run::Attempt| {
+        let runner = runner.clone();
+        async move {
+            match (a.provider.as_str(), a.model.as_str()) {
+                ("anthropic", _) => Err(ProviderFailure::message("overloaded")
+                    .with_status(529)
+                    .into()),
+                ("openai", "gpt") => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    runner
+                        .set_user_model("s1", &ModelRef::parse("openai/o3").unwrap(), None)
+                        .unwrap();
+                    Err(AttemptError::Provider(
+                        ProviderFailure::message("upstream error").with_status(502),
+                    ))
+                }
+                _ => Ok::<_, AttemptError>(a.model.clone()),
+            }
+        }
+    };
+    h.runner.run(&req(), f).await.unwrap();
+    let e = h.entry("s1");
+    assert_eq!(
+        (
+            e.provider_override.as_deref(),
+            e.model_override.as_deref(),
+            e.model_override_source.as_deref()
+        ),
+        (Some("openai"), Some("o3"), Some("user")),
+        "{e:?}"
+    );
+}
+
 // R11.4: without a concurrent change, a failed fallback's fields are
 // rolled back to what they were.
 #[tokio::test(start_paused = true)]
@@ -322,8 +364,10 @@ async fn r16_9_summary_message_and_soonest_expiry() {
     assert_eq!(last.outcome, failover::run::StepOutcome::ChainExhausted);
 }
 
-// R14.4: a cooldown scoped to another model is ignored; a model-scoped
-// block reports its latest matching expiry.
+// R14.4: when every profile is blocked for this model, the summary reports
+// the latest matching expiry. (That a cooldown scoped to another model is
+// ignored is pinned by the auth unit tests `soonest_expiry_over_profiles`
+// and `model_scoped_block_depends_on_model`.)
 #[tokio::test(start_paused = true)]
 async fn r14_4_model_aware_soonest_expiry() {
     let h = setup(
@@ -340,8 +384,6 @@ async fn r14_4_model_aware_soonest_expiry() {
             b.cooldown_until = Some(T0 + 20 * MINUTE_MS);
             b.cooldown_model = Some("gpt".into());
             b.cooldown_reason = Some("rate_limit".into());
-            let c = s.stats_mut("openai:other");
-            c.cooldown_until = Some(T0 + MINUTE_MS);
         })
         .unwrap();
     let s = Script::default();
@@ -616,11 +658,30 @@ async fn r12_skip_cache() {
             .on("anthropic/claude", vec![http(529, "overloaded")])
             .on("openai/gpt", vec![http(401, "invalid api key")])
     };
-    // Off: every turn retries openai (once its cooldown passes).
+    // Off (R12.1, the default): a later turn retries openai once its
+    // cooldown has passed. The session is reset through another runner, as
+    // below, so that only the store's override is cleared and the running
+    // runner keeps whatever it remembers.
     let h = setup(THREE, KEYS);
+    let runner = failover::run::Runner::new(engine(), Arc::new(config(THREE)), h.store.clone())
+        .unwrap()
+        .with_clock(Arc::new(failover::run::TokioClock::starting_at(T0)));
     let s = script();
-    h.runner.run(&req(), s.f()).await.unwrap();
+    runner.run(&req(), s.f()).await.unwrap();
     assert!(s.calls().contains(&"openai/gpt@openai:default".to_string()));
+    advance(2 * MINUTE_MS).await; // every cooldown over
+    h.runner.reset_session("s1").unwrap();
+    s.clear_calls();
+    let out = runner.run(&req(), s.f()).await.unwrap();
+    assert!(
+        s.calls().contains(&"openai/gpt@openai:default".to_string()),
+        "{:?}",
+        s.calls()
+    );
+    assert!(out
+        .attempts
+        .iter()
+        .all(|a| a.outcome != AttemptOutcome::Skipped));
 
     let h = setup(THREE, KEYS);
     let runner = failover::run::Runner::new(engine(), Arc::new(config(THREE)), h.store.clone())
