@@ -3,6 +3,7 @@
 //! with and without 1,000 operator rules, the fast path decides exactly
 //! what verifying every rule in order decides.
 
+use failover::classify::{Body, ProviderError};
 use failover::load::build_layers;
 use failover::Engine;
 
@@ -97,4 +98,109 @@ fn body_fields_read_from_text_or_tree_agree() {
         );
     }
     assert!(json > 400, "only {json} samples carry JSON");
+}
+
+/// Inputs no gateway should send, built at random from fragments of real
+/// error texts, JSON punctuation, characters that fold unusually (`ſ`, the
+/// Kelvin sign), CJK text and any status a `u16` holds: nothing panics,
+/// and the fast path still decides what verifying every rule decides.
+#[test]
+fn arbitrary_inputs_do_not_panic_and_agree() {
+    const PIECES: &[&str] = &[
+        "rate limit",
+        " exceeded",
+        "HTTP 429: ",
+        "429",
+        "  ",
+        "\n",
+        "\t",
+        "{",
+        "}",
+        "\"",
+        ":",
+        ",",
+        "[",
+        "]",
+        "{\"error\":{\"message\":\"",
+        "\"code\":",
+        "\"type\":\"",
+        "metadata",
+        "raw",
+        "insufficient credits",
+        "ſ",
+        "\u{212A}",
+        "欠费",
+        "余额不足",
+        "—",
+        "overloaded",
+        "context length",
+        "prompt is too long",
+        "tokens",
+        "tpm",
+        "402",
+        "error:",
+        "quota",
+        "billing",
+        "invalid api key",
+        "session not found",
+        "é",
+        "\u{0}",
+        "🙂",
+        "Request ID: req_1",
+        "unknown error (no error details in response)",
+    ];
+    let engine = Engine::builtin();
+    let mut x = 0x853c_49e6_748f_ea9bu64;
+    let mut next = move || {
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut text = |n: u64| -> String {
+        (0..n)
+            .map(|_| PIECES[(next() % PIECES.len() as u64) as usize])
+            .collect()
+    };
+    let mut seen_rules = std::collections::HashSet::new();
+    for i in 0..20_000u64 {
+        let message = text(i % 13);
+        let body = text(i % 7);
+        let provider = ["openrouter", "OpenAI", "", "ollama", "ſ"][(i % 5) as usize];
+        let code = ["1311", "RESOURCE_EXHAUSTED", "", "insufficient_quota"][(i % 4) as usize];
+        let status = [
+            None,
+            Some(429),
+            Some(402),
+            Some(0),
+            Some(99),
+            Some(600),
+            Some(u16::MAX),
+            Some((i % 700) as u16),
+        ][(i % 8) as usize];
+        let err = ProviderError {
+            provider: (i % 3 != 0).then_some(provider),
+            model: (i % 4 == 0).then_some("gpt-4o"),
+            status,
+            code: (i % 5 == 0).then_some(code),
+            error_type: (i % 6 == 0).then_some("overloaded_error"),
+            message: (i % 9 != 0).then_some(message.as_str()),
+            body: (i % 4 == 1).then_some(Body::Text(body.as_str())),
+        };
+        let fast = engine.classify(&err);
+        let slow = engine.classify_exhaustive(&err);
+        assert_eq!(
+            (fast.reason, fast.rule),
+            (slow.reason, slow.rule),
+            "fast path disagrees on {err:?}"
+        );
+        seen_rules.insert(fast.rule);
+    }
+    // The inputs reach many rules, not one fallback.
+    assert!(
+        seen_rules.len() > 20,
+        "{} distinct verdicts",
+        seen_rules.len()
+    );
 }
