@@ -4,7 +4,7 @@
 //! a (provider, model, auth profile) — and walks the two stages of R1.1:
 //! profiles inside a provider, then models down the candidate chain. It
 //! decides everything from the *declared behaviour* of the reason the
-//! engine gives each failure ([`ReasonBehaviour`]), never from a reason's
+//! engine gives each failure ([`ReasonBehaviour`](crate::compile::ReasonBehaviour)), never from a reason's
 //! name (the one exception is the engine's own `unclassified` label,
 //! R16.8). In order, per run:
 //!
@@ -12,11 +12,11 @@
 //!    override is strict; an `auto` override is used unless its origin — the
 //!    selection it fell back from — is due for its 5-minute re-probe
 //!    (R11.5), in which case the run starts on the origin again.
-//! 2. **Chain** (R3, R4): [`build_chain`] with the session's selection.
+//! 2. **Chain** (R3, R4): [`build_chain`](crate::policy::build_chain) with the session's selection.
 //! 3. **Per candidate**: providers marked `skip provider` earlier in the
 //!    run, and skip-cache hits (R12, never the primary), are skipped. The
-//!    provider's profile order comes from [`order_profiles`] and the
-//!    session pin from [`choose_session_profile`]. When every profile is
+//!    provider's profile order comes from [`order_profiles`](crate::auth::order_profiles) and the
+//!    session pin from [`choose_session_profile`](crate::auth::choose_session_profile). When every profile is
 //!    blocked the candidate gets its own decision (R10, R16.1–R16.3): skip
 //!    the provider for a `skip provider` block; probe a disabled primary
 //!    only alone or near expiry; probe a cooling primary in its window,
@@ -24,7 +24,7 @@
 //!    run when its block is `transient`; otherwise skip.
 //! 4. **Per profile**: before an attempt on a fallback candidate the
 //!    runner writes the override fields it owns (R11.3); the attempt runs;
-//!    a failure is classified, recorded on the profile ([`mark_failure`]),
+//!    a failure is classified, recorded on the profile ([`mark_failure`](crate::auth::mark_failure)),
 //!    and the override is rolled back narrowly (R11.4). A reason that is
 //!    not `failover` ends the run with the original error. A reason that
 //!    cools or disables the profile rotates to the next profile, limited by
