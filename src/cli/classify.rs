@@ -348,6 +348,9 @@ impl StreamStats {
 /// Input is cut into chunks of whole lines of about this size; workers
 /// classify chunks in parallel and the writer puts them back in order.
 const CHUNK_BYTES: usize = 256 << 10;
+/// A fresh read shorter than this, ending a line, ends a chunk early: the
+/// source has paused (see the reader in [`classify_stream`]).
+const PAUSED_READ: usize = 16 << 10;
 
 /// One chunk of input lines.
 struct Chunk {
@@ -355,11 +358,15 @@ struct Chunk {
     /// Line number of the chunk's first line (1-based).
     first_line: u64,
     bytes: Vec<u8>,
+    /// The input paused after this chunk (a live stream): its output is
+    /// flushed as soon as it is written.
+    paused: bool,
 }
 
 /// One chunk's output lines and counts.
 struct Classified {
     seq: u64,
+    paused: bool,
     out: Vec<u8>,
     lines: u64,
     bad: u64,
@@ -434,7 +441,12 @@ pub fn classify_stream<R: BufRead, W: Write + Send, P: Write + Send>(
                     }
                     // Keep draining after a write error so the pipeline ends.
                     if failed.is_none() {
-                        if let Err(e) = out.write_all(&done.out) {
+                        let written = out.write_all(&done.out);
+                        let flushed = match written {
+                            Ok(()) if done.paused => out.flush(),
+                            other => other,
+                        };
+                        if let Err(e) = flushed {
                             failed = Some(e);
                         }
                     }
@@ -464,18 +476,46 @@ pub fn classify_stream<R: BufRead, W: Write + Send, P: Write + Send>(
             Ok(stats)
         });
 
-        // The reader: a block of CHUNK_BYTES, completed to a whole line.
+        // The reader: blocks of up to CHUNK_BYTES, completed to a whole
+        // line. A fresh read shorter than PAUSED_READ that ends a line means
+        // the source has nothing more for now (a pipe or terminal fed live:
+        // `tail -f log | failover classify`): the chunk goes out at once and
+        // its output is flushed, so a live stream is answered as it comes.
+        // A file is read in full blocks.
         let read = (|| -> io::Result<()> {
             let mut seq = 0u64;
             let mut line_no = 1u64;
+            // Whether the reader's buffer was emptied by the last consume,
+            // so that the next fill is a fresh read.
+            let mut drained = true;
             loop {
                 let mut bytes = Vec::with_capacity(CHUNK_BYTES + (4 << 10));
                 let first_line = line_no;
-                (&mut input)
-                    .take(CHUNK_BYTES as u64)
-                    .read_to_end(&mut bytes)?;
-                if bytes.last().is_some_and(|&b| b != b'\n') {
-                    input.read_until(b'\n', &mut bytes)?;
+                let mut paused = false;
+                loop {
+                    let buf = input.fill_buf()?;
+                    if buf.is_empty() {
+                        break;
+                    }
+                    let fresh_and_short = drained && buf.len() < PAUSED_READ;
+                    let n = if bytes.len() < CHUNK_BYTES {
+                        buf.len().min(CHUNK_BYTES - bytes.len())
+                    } else {
+                        // Full: only the rest of the last line.
+                        memchr::memchr(b'\n', buf).map_or(buf.len(), |at| at + 1)
+                    };
+                    bytes.extend_from_slice(&buf[..n]);
+                    drained = n == buf.len();
+                    input.consume(n);
+                    if bytes.last() == Some(&b'\n') {
+                        if bytes.len() >= CHUNK_BYTES {
+                            break;
+                        }
+                        if fresh_and_short {
+                            paused = true;
+                            break;
+                        }
+                    }
                 }
                 if bytes.is_empty() {
                     return Ok(());
@@ -485,6 +525,7 @@ pub fn classify_stream<R: BufRead, W: Write + Send, P: Write + Send>(
                     seq,
                     first_line,
                     bytes,
+                    paused,
                 };
                 seq += 1;
                 if work_tx.send(chunk).is_err() {
@@ -582,6 +623,7 @@ fn classify_chunk(cx: &mut LineContext, chunk: &Chunk) -> Classified {
     let engine = cx.engine;
     let mut done = Classified {
         seq: chunk.seq,
+        paused: chunk.paused,
         out: Vec::with_capacity(chunk.bytes.len() / 3),
         lines: 0,
         bad: 0,
@@ -743,6 +785,101 @@ mod tests {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         (lines, stats)
+    }
+
+    /// A source fed line by line, as `tail -f` feeds a pipe: each read
+    /// blocks until the test sends the next piece.
+    struct Live {
+        rx: std::sync::mpsc::Receiver<Vec<u8>>,
+        buf: Vec<u8>,
+        at: usize,
+    }
+
+    impl Read for Live {
+        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+            let n = {
+                let buf = self.fill_buf()?;
+                let n = buf.len().min(out.len());
+                out[..n].copy_from_slice(&buf[..n]);
+                n
+            };
+            self.consume(n);
+            Ok(n)
+        }
+    }
+
+    impl BufRead for Live {
+        fn fill_buf(&mut self) -> io::Result<&[u8]> {
+            if self.at == self.buf.len() {
+                // A closed channel is the end of the input.
+                self.buf = self.rx.recv().unwrap_or_default();
+                self.at = 0;
+            }
+            Ok(&self.buf[self.at..])
+        }
+        fn consume(&mut self, n: usize) {
+            self.at += n;
+        }
+    }
+
+    /// Output that hands over what it holds at each flush.
+    struct Flushed(Vec<u8>, std::sync::mpsc::Sender<Vec<u8>>);
+
+    impl Write for Flushed {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            if !self.0.is_empty() {
+                let _ = self.1.send(std::mem::take(&mut self.0));
+            }
+            Ok(())
+        }
+    }
+
+    /// A live stream is answered line by line: each line's verdict is
+    /// written and flushed before the next line arrives (before, the reader
+    /// waited for 256 KiB or the end of the input).
+    #[test]
+    fn a_live_stream_is_answered_as_it_comes() {
+        let engine = Engine::builtin();
+        let (feed, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        let (tx, answers) = std::sync::mpsc::channel::<Vec<u8>>();
+        std::thread::scope(|scope| {
+            let engine = &engine;
+            let stream = scope.spawn(move || {
+                let input = Live {
+                    rx,
+                    buf: Vec::new(),
+                    at: 0,
+                };
+                classify_stream(
+                    engine,
+                    input,
+                    Flushed(Vec::new(), tx),
+                    false,
+                    None::<Vec<u8>>,
+                )
+            });
+            // A failing implementation waits for more input: the timeout
+            // turns that into a failure instead of a hang.
+            let wait = Duration::from_secs(20);
+            for (line, reason) in [
+                ("{\"message\": \"rate limit exceeded\"}\n", "rate_limit"),
+                ("{\"message\": \"overloaded\"}\n", "overloaded"),
+            ] {
+                feed.send(line.as_bytes().to_vec()).unwrap();
+                let got = answers
+                    .recv_timeout(wait)
+                    .expect("answered before the next line");
+                let v: Value = serde_json::from_slice(&got).unwrap();
+                assert_eq!(v["reason"], reason);
+            }
+            drop(feed);
+            let stats = stream.join().unwrap().unwrap();
+            assert_eq!(stats.lines, 2);
+        });
     }
 
     #[test]
