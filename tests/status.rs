@@ -101,6 +101,41 @@ fn r16_11_status_never_prints_secrets() {
     }
 }
 
+// With the gateway config, the order shown is the one the runner uses
+// (its `auth.order`), and stored profiles it leaves out are listed as not
+// used (blocked profiles still go last, soonest free first).
+#[test]
+fn status_with_config_shows_the_runners_order() {
+    let o = status(&["--config", "tests/fixtures/status-order.yaml"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out = text(&o);
+    assert!(out.contains("openai (auth.order)"), "{out}");
+    assert!(out.contains("not used: not in auth.order"), "{out}");
+    insta::assert_snapshot!("status_main_config", out);
+    let o = status(&["--config", "tests/fixtures/status-order.yaml", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let openai = v["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["provider"] == "openai")
+        .unwrap();
+    assert_eq!(openai["orderSource"], "auth.order");
+    let left_out: Vec<&str> = openai["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["why"] == "not in auth.order")
+        .map(|p| p["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(left_out, ["openai:old@example.com"]);
+}
+
 #[test]
 fn status_usage_errors_exit_2() {
     let o = Command::new(env!("CARGO_BIN_EXE_failover"))
@@ -115,4 +150,11 @@ fn status_usage_errors_exit_2() {
     let o = status(&["--agent", "../main"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("invalid agent id `../main`"));
+    let o = status(&["--config", "tests/fixtures/missing.yaml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("cannot read config"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

@@ -10,7 +10,9 @@ use serde_json::{json, Value};
 
 use super::CmdResult;
 use crate::auth::{block_for, order_profiles, AuthRouting, Block, Excluded, ProfileOrder};
+use crate::config::{render_problems, GatewayConfig};
 use crate::load::UsageError;
+use crate::run::routing_from_config;
 use crate::store::{
     format_span, format_utc, normalize_provider, AuthProfiles, AuthState, Clock, FileStore,
     SessionEntry, SessionStore, Store, SystemClock, DEFAULT_AGENT,
@@ -25,6 +27,12 @@ pub struct StatusArgs {
     /// The agent whose state to show.
     #[arg(long = "agent", value_name = "ID", default_value = DEFAULT_AGENT)]
     pub agent: String,
+    /// The gateway config (YAML, or JSON when the name ends in `.json`):
+    /// its `auth.order` and `auth.profiles` give the profile order shown,
+    /// as the runner would use it. Without it, only the stored order and
+    /// profiles count.
+    #[arg(long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -59,9 +67,29 @@ pub fn run(args: &StatusArgs) -> CmdResult {
             display_name(&args.state)
         )));
     }
+    let routing = match &args.config {
+        None => AuthRouting::default(),
+        Some(path) => {
+            let loaded = match GatewayConfig::load(path) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprint!("{e}");
+                    return Ok(2);
+                }
+            };
+            if !loaded.warnings.is_empty() {
+                eprint!(
+                    "{}",
+                    render_problems(&loaded.warnings, &loaded.name, &loaded.text)
+                );
+            }
+            routing_from_config(&loaded.config).map_err(|e| UsageError(e.to_string()))?
+        }
+    };
     let store = FileStore::open(&args.state, &args.agent).map_err(|e| UsageError(e.to_string()))?;
     let now = args.now.unwrap_or_else(|| SystemClock.now_ms());
-    let report = gather(&store, &args.state, now).map_err(|e| UsageError(e.to_string()))?;
+    let report =
+        gather(&store, &args.state, &routing, now).map_err(|e| UsageError(e.to_string()))?;
     if args.json {
         println!(
             "{}",
@@ -76,6 +104,7 @@ pub fn run(args: &StatusArgs) -> CmdResult {
 fn gather(
     store: &FileStore,
     root: &std::path::Path,
+    routing: &AuthRouting,
     now: u64,
 ) -> Result<Report, crate::store::StoreError> {
     let profiles = store.load_profiles()?;
@@ -87,10 +116,9 @@ fn gather(
         .map(|p| normalize_provider(&p.provider))
         .collect();
     providers.extend(state.order.keys().map(|k| normalize_provider(k)));
-    let routing = AuthRouting::default();
     let orders = providers
         .iter()
-        .map(|p| order_profiles(&routing, &profiles, &state, p, None, now))
+        .map(|p| order_profiles(routing, &profiles, &state, p, None, now))
         .collect();
     let problems = store
         .take_problems()
@@ -183,7 +211,29 @@ fn rows(r: &Report, order: &ProfileOrder) -> Vec<Row> {
         };
         push("-".into(), x.id(), format!("not used: {why}"));
     }
+    for id in left_out(r, order) {
+        push(
+            "-".into(),
+            id,
+            format!("not used: not in {}", order.source.describe()),
+        );
+    }
     out
+}
+
+/// Stored profiles of the order's provider that an explicit order or the
+/// config's profile list leaves out: never tried.
+fn left_out<'r>(r: &'r Report, order: &ProfileOrder) -> Vec<&'r str> {
+    r.profiles
+        .profiles
+        .iter()
+        .filter(|(id, p)| {
+            normalize_provider(&p.provider) == order.provider
+                && !order.entries.iter().any(|e| &e.id == *id)
+                && !order.excluded.iter().any(|x| x.id() == id.as_str())
+        })
+        .map(|(id, _)| id.as_str())
+        .collect()
 }
 
 fn table(header: [&str; 7], rows: &[Row]) -> String {
@@ -366,6 +416,12 @@ fn to_json(r: &Report) -> Value {
                 let mut v = profile_json(r, x.id());
                 v["state"] = json!("not_used");
                 v["why"] = json!(x.to_string());
+                profiles.push(v);
+            }
+            for id in left_out(r, order) {
+                let mut v = profile_json(r, id);
+                v["state"] = json!("not_used");
+                v["why"] = json!(format!("not in {}", order.source.describe()));
                 profiles.push(v);
             }
             json!({
