@@ -16,6 +16,10 @@
 //!   = help: did you mean `rate_limit`?
 //! ```
 
+/// The widest column a table pads to: longer cells print whole, past
+/// the alignment (a padding width past 65,535 panics in `format!`).
+pub const MAX_COLUMN: usize = 100;
+
 use std::fmt::Write as _;
 
 use crate::syntax::{SourceMap, Span};

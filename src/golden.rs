@@ -361,7 +361,8 @@ pub fn render_report(report: &Report) -> String {
         .map(|(id, _, _)| id.len())
         .max()
         .unwrap_or(4)
-        .max(4);
+        .max(4)
+        .min(crate::diag::MAX_COLUMN);
     let _ = writeln!(out);
     let lw = report
         .by_rule
@@ -369,7 +370,8 @@ pub fn render_report(report: &Report) -> String {
         .map(|(_, l, _)| l.len())
         .max()
         .unwrap_or(5)
-        .max(5);
+        .max(5)
+        .min(crate::diag::MAX_COLUMN);
     let _ = writeln!(
         out,
         "{:<width$} {:<lw$} {:>6} {:>7} {:>13}",

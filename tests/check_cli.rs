@@ -123,3 +123,30 @@ fn plan_shows_routes_and_regex_decisions() {
     let out = String::from_utf8_lossy(&o.stdout).replace(dir.to_str().unwrap(), "tests/plan");
     insta::assert_snapshot!(out);
 }
+
+/// Tables pad their columns; a name too long to pad (70,000 characters:
+/// `format!` panics past a width of 65,535) prints whole instead.
+#[test]
+fn very_long_rule_ids_print_whole_in_tables() {
+    let dir = temp_dir("long-id");
+    let id = format!("ops.{}", "a".repeat(70_000));
+    std::fs::write(
+        dir.join("long.rules"),
+        format!("rule {id} when message has \"zzqq wibble\" => timeout\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("long.cases.yaml"),
+        format!("- {{message: \"zzqq wibble\", expect: timeout, rule: {id}}}\n"),
+    )
+    .unwrap();
+    let d = dir.to_str().unwrap();
+    for args in [
+        vec!["check", "--rules", d, "--plan"],
+        vec!["test", "--rules", d],
+    ] {
+        let o = failover(&args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(&id), "{args:?}");
+    }
+}

@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::{CmdResult, RulesArgs};
 use crate::config::{render_problems, GatewayConfig};
 use crate::diag::render_all;
+use crate::diag::MAX_COLUMN;
 use crate::load::{self, UsageError};
 use crate::policy::{
     build_chain, CandidateChain, ChainRequest, CronPayload, FallbackList, ModelKind, ModelRef,
@@ -266,7 +267,8 @@ fn human(chain: &CandidateChain, args: &ChainArgs, config: &GatewayConfig) -> St
         .chain(chain.duplicates.iter().map(|c| &c.model))
         .map(|m| m.as_str().chars().count())
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+        .min(MAX_COLUMN);
     let mut out = String::new();
     out.push_str(&format!("source: {}\n", chain.source));
     out.push_str(&format!("policy: {}\n", policy_text(chain)));

@@ -260,7 +260,12 @@ fn push_once(list: &mut Vec<RuleIdx>, idx: RuleIdx) {
 pub fn render(plan: &Plan, rules: &[Rule]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let width = rules.iter().map(|r| r.id.len()).max().unwrap_or(4);
+    let width = rules
+        .iter()
+        .map(|r| r.id.len())
+        .max()
+        .unwrap_or(4)
+        .min(crate::diag::MAX_COLUMN);
     for (rule, keys) in rules.iter().zip(&plan.routes) {
         let how = match keys {
             None => "always verified".to_string(),
