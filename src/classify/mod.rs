@@ -719,6 +719,23 @@ mod tests {
         );
     }
 
+    /// Reason ids are not narrowed: with more than 65,536 reasons the rule
+    /// still names its own (ids were `u16` and wrapped around).
+    #[test]
+    fn a_ruleset_with_seventy_thousand_reasons_keeps_them_apart() {
+        let mut rules: String = (0..70_000)
+            .map(|i| format!("reason r{i} {{ stop }}\n"))
+            .collect();
+        rules.push_str("rule last when message has \"zzqq\" => r69999\n");
+        let e = engine(&rules);
+        let c = e.classify(&ProviderError::message("zzqq"));
+        assert_eq!((c.reason, c.rule), ("r69999", Some("last")));
+        assert_eq!(
+            e.classify(&ProviderError::message("other")).reason,
+            "unclassified"
+        );
+    }
+
     /// A caller's status outside 100–599 is no HTTP status: no status rule
     /// holds for it, and nothing panics (it indexed the status table).
     #[test]

@@ -71,7 +71,7 @@ impl Ruleset {
         self.reasons
             .iter()
             .position(|r| r.name == name)
-            .map(|i| ReasonId(i as u16))
+            .map(|i| ReasonId(i as u32))
     }
 }
 
@@ -263,7 +263,7 @@ impl Compiler<'_> {
         let names: HashMap<&str, ReasonId> = reasons
             .iter()
             .enumerate()
-            .map(|(i, r)| (r.name.as_str(), ReasonId(i as u16)))
+            .map(|(i, r)| (r.name.as_str(), ReasonId(i as u32)))
             .collect();
 
         let mut rules = Vec::new();

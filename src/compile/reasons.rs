@@ -14,7 +14,7 @@ pub const UNCLASSIFIED: &str = "unclassified";
 
 /// Index of a reason in a [`crate::compile::Ruleset`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ReasonId(pub u16);
+pub struct ReasonId(pub u32);
 
 /// A disabled lane: a long backoff that blocks the whole profile
 /// (`disabledUntil` / `disabledReason`), SPEC R8 and R16.4.
