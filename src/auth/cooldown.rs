@@ -206,7 +206,10 @@ pub fn record_failure(
                 widened: false,
             };
         }
-        let until = exact.unwrap_or(now_ms + policy.disable_ms(lane, provider, n_reason));
+        // Saturating: a configured backoff of 1e16 hours must disable for
+        // ever, not wrap around to "already over".
+        let until =
+            exact.unwrap_or(now_ms.saturating_add(policy.disable_ms(lane, provider, n_reason)));
         s.disabled_until = Some(until);
         s.disabled_reason = Some(failure.reason.to_string());
         return FailureEffect::Started(Block::Disabled {
@@ -234,7 +237,7 @@ pub fn record_failure(
             widened,
         };
     }
-    let until = exact.unwrap_or(now_ms + cooldown_ms(s.error_count));
+    let until = exact.unwrap_or(now_ms.saturating_add(cooldown_ms(s.error_count)));
     s.cooldown_until = Some(until);
     s.cooldown_reason = Some(failure.reason.to_string());
     s.cooldown_model = scoped_model.map(str::to_string);
@@ -446,6 +449,28 @@ mod tests {
             assert_eq!(reason.as_deref(), Some("billing"));
             now = until;
         }
+    }
+
+    // A backoff too large to add to the clock disables for ever: it used
+    // to wrap around to an instant in the past (no disable at all).
+    #[test]
+    fn huge_billing_backoff_saturates_instead_of_wrapping() {
+        let mut policy = CooldownPolicy::default();
+        policy.billing_backoff_hours = 1e16;
+        policy.billing_max_hours = 1e16;
+        let mut s = AuthState::default();
+        let f = Failure {
+            reason: "billing",
+            behaviour: &lane(DisableLane::Billing),
+            model: None,
+            reset_at: None,
+        };
+        let e = record_failure(&mut s, "openai:a", "openai", &f, &policy, T0);
+        let FailureEffect::Started(Block::Disabled { until, .. }) = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(until, u64::MAX);
+        assert!(!is_available(&s, "openai:a", None, T0 + 365 * 24 * HOUR_MS));
     }
 
     // R8.4: per-provider billing base.

@@ -253,7 +253,7 @@ impl Runner {
         if sh.skip.len() < SKIP_KEYS {
             sh.skip.insert(
                 (session.to_string(), p.to_string(), m.to_string()),
-                (now + ttl, reason.to_string()),
+                (now.saturating_add(ttl), reason.to_string()),
             );
         }
     }

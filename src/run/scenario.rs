@@ -215,7 +215,10 @@ pub fn parse_offset(text: &str) -> Result<u64, String> {
                 "`{text}` needs a unit: ms, s, m, h or d (e.g. `+6m`)"
             ));
         };
-        total += n * unit;
+        total = n
+            .checked_mul(unit)
+            .and_then(|d| total.checked_add(d))
+            .ok_or_else(|| format!("`{text}` is too large"))?;
         rest = &rest[len..];
     }
     Ok(total)
@@ -235,7 +238,7 @@ pub fn rel(ms: u64) -> String {
 fn absolutise(v: &mut Value) -> Result<(), String> {
     match v {
         Value::String(s) if s.starts_with('+') => {
-            *v = json!(SCENARIO_START_MS + parse_offset(s)?);
+            *v = json!(SCENARIO_START_MS.saturating_add(parse_offset(s)?));
         }
         Value::Object(m) => {
             for x in m.values_mut() {
@@ -392,7 +395,7 @@ fn to_failure(e: &ScriptedError, now: u64) -> Result<ProviderFailure, String> {
             other => other.to_string(),
         }),
         reset_at: match &e.reset_after {
-            Some(r) => Some(now + parse_offset(r)?),
+            Some(r) => Some(now.saturating_add(parse_offset(r)?)),
             None => None,
         },
     })
@@ -445,10 +448,8 @@ pub fn simulate(
     for (idx, turn) in s.turns.iter().enumerate() {
         let number = idx + 1;
         let at = match &turn.at {
-            Some(a) => {
-                SCENARIO_START_MS
-                    + parse_offset(a).map_err(|e| bad(format!("turn {number}: {e}")))?
-            }
+            Some(a) => SCENARIO_START_MS
+                .saturating_add(parse_offset(a).map_err(|e| bad(format!("turn {number}: {e}")))?),
             None => clock.now_ms(),
         };
         if at > clock.now_ms() {
@@ -829,4 +830,23 @@ pub fn to_json(r: &Report) -> Value {
         })).collect::<Vec<_>>(),
         "final": {"session": r.final_session, "usageStats": r.final_usage_stats},
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_parse_and_refuse_what_overflows() {
+        assert_eq!(parse_offset("+1h30m"), Ok(90 * MINUTE_MS));
+        assert_eq!(parse_offset("0"), Ok(0));
+        assert_eq!(parse_offset("+250ms"), Ok(250));
+        // 213503982335 days is past u64 milliseconds: it used to wrap to
+        // about 9 hours.
+        assert_eq!(
+            parse_offset("+213503982335d"),
+            Err("`+213503982335d` is too large".to_string())
+        );
+        assert!(parse_offset("+99999999999999999999s").is_err());
+    }
 }

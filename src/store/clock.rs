@@ -47,8 +47,13 @@ impl ManualClock {
         self.0.store(now_ms, Ordering::SeqCst);
     }
 
+    /// Moves the clock forward (saturating: it never wraps back).
     pub fn advance(&self, ms: u64) {
-        self.0.fetch_add(ms, Ordering::SeqCst);
+        let _ = self
+            .0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+                Some(t.saturating_add(ms))
+            });
     }
 }
 
@@ -134,6 +139,13 @@ mod tests {
         assert_eq!(format_span(59_000), "59s");
         assert_eq!(format_span(HOUR_MS), "1h");
         assert_eq!(format_span(DAY_MS + 3 * HOUR_MS + 5), "1d 3h");
+    }
+
+    #[test]
+    fn manual_clock_saturates_instead_of_wrapping_back() {
+        let c = ManualClock::new(10);
+        c.advance(u64::MAX);
+        assert_eq!(c.now_ms(), u64::MAX);
     }
 
     #[test]
