@@ -361,8 +361,7 @@ pub fn render_report(report: &Report) -> String {
         .map(|(id, _, _)| id.len())
         .max()
         .unwrap_or(4)
-        .max(4)
-        .min(crate::diag::MAX_COLUMN);
+        .clamp(4, crate::diag::MAX_COLUMN);
     let _ = writeln!(out);
     let lw = report
         .by_rule
@@ -370,8 +369,7 @@ pub fn render_report(report: &Report) -> String {
         .map(|(_, l, _)| l.len())
         .max()
         .unwrap_or(5)
-        .max(5)
-        .min(crate::diag::MAX_COLUMN);
+        .clamp(5, crate::diag::MAX_COLUMN);
     let _ = writeln!(
         out,
         "{:<width$} {:<lw$} {:>6} {:>7} {:>13}",

@@ -180,6 +180,25 @@ fn walk(dir: &Path, suffix: &str, out: &mut Vec<PathBuf>) -> Result<(), UsageErr
     Ok(())
 }
 
+/// Reads a file the operator named, refusing what is not a regular file: a
+/// FIFO would block for ever and `/dev/zero` never ends (a symlink is
+/// followed to what it names).
+pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, device, socket or directory)",
+        ));
+    }
+    std::fs::read(path)
+}
+
+/// [`read_regular`] as text; invalid UTF-8 is an error.
+pub fn read_regular_text(path: &Path) -> std::io::Result<String> {
+    String::from_utf8(read_regular(path)?)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not valid UTF-8"))
+}
+
 /// An I/O error in plain words, without Rust's `(os error 2)` suffix.
 pub fn plain_io(e: &std::io::Error) -> String {
     match e.kind() {
@@ -209,7 +228,7 @@ pub fn build(dirs: &[PathBuf], with_defaults: bool) -> Result<Build, UsageError>
         }
         let mut files = Vec::new();
         for path in paths {
-            let bytes = std::fs::read(&path).map_err(|e| {
+            let bytes = read_regular(&path).map_err(|e| {
                 UsageError(format!(
                     "cannot read `{}`: {}",
                     display_name(&path),
@@ -261,6 +280,41 @@ pub fn build_layers(operator: Vec<OperatorLayer>, with_defaults: bool) -> Build 
 
 #[cfg(test)]
 mod tests {
+
+    /// A FIFO named as a rules file is refused at once (reading it would
+    /// wait for a writer for ever), and so is a device (`/dev/zero` never
+    /// ends). A regular file reads as before.
+    #[cfg(unix)]
+    #[test]
+    fn only_regular_files_are_read() {
+        let dir = std::env::temp_dir().join(format!("failover-regular-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("x.rules");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // On a thread: a reader that opened the FIFO would block, and the
+        // timeout turns that into a failure instead of a hang.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || tx.send(read_regular(&path).map_err(|e| e.kind())));
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("no block");
+        assert_eq!(got, Err(std::io::ErrorKind::InvalidInput));
+        assert_eq!(
+            read_regular(Path::new("/dev/zero")).map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::InvalidInput)
+        );
+        let plain = dir.join("y.rules");
+        std::fs::write(&plain, "# nothing\n").unwrap();
+        assert_eq!(read_regular(&plain).unwrap(), b"# nothing\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     use super::*;
 
     #[test]

@@ -455,9 +455,11 @@ mod tests {
     // to wrap around to an instant in the past (no disable at all).
     #[test]
     fn huge_billing_backoff_saturates_instead_of_wrapping() {
-        let mut policy = CooldownPolicy::default();
-        policy.billing_backoff_hours = 1e16;
-        policy.billing_max_hours = 1e16;
+        let policy = CooldownPolicy {
+            billing_backoff_hours: 1e16,
+            billing_max_hours: 1e16,
+            ..CooldownPolicy::default()
+        };
         let mut s = AuthState::default();
         let f = Failure {
             reason: "billing",

@@ -286,7 +286,7 @@ fn bad(msg: impl Into<String>) -> ScenarioError {
 
 /// Reads and runs a scenario file.
 pub fn simulate_file(path: &Path, engine: Arc<Engine>) -> Result<Report, ScenarioError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let text = crate::load::read_regular_text(path).map_err(|e| {
         bad(format!(
             "cannot read `{}`: {}",
             path.display(),
