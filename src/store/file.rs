@@ -10,6 +10,14 @@
 //! when no secrets file exists anywhere yet (SPEC R5.1, R5.4). Legacy files
 //! are never modified.
 //!
+//! Nothing on disk is destroyed by an update: a file that is not JSON is
+//! moved aside first, entries that do not parse are written back verbatim,
+//! and when an edit to routing state replaces such an entry (new stats
+//! recorded for a profile whose record was malformed) the file as it was
+//! is first copied to `<file>.corrupt-<ms>` and a [`Problem`] names the
+//! copy (`Doc::replaced_unparsed`; profiles and sessions do not report
+//! replacements yet).
+//!
 //! Worked example: a state directory from an old single-agent build holds
 //! only `<state>/agent/auth-profiles.json`, with `usageStats` inside it.
 //! `FileStore::open(state, "main")` reads both from there; the first
@@ -91,6 +99,12 @@ trait Doc: Default {
     const MODE: u32;
     fn parse(v: Value, path: &Path, problems: &mut Vec<Problem>) -> Result<Self, String>;
     fn to_json(&self) -> Value;
+    /// Parts of the file that did not parse and that `to_json` will not
+    /// write back (an edit replaced them), named for a message. The update
+    /// copies the file aside before writing when this is not empty.
+    fn replaced_unparsed(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 impl Doc for AuthProfiles {
@@ -110,6 +124,9 @@ impl Doc for AuthState {
     }
     fn to_json(&self) -> Value {
         AuthState::to_json(self)
+    }
+    fn replaced_unparsed(&self) -> Vec<String> {
+        AuthState::replaced_unparsed(self)
     }
 }
 
@@ -218,8 +235,8 @@ impl FileStore {
         Ok(out)
     }
 
-    /// Moves a damaged file aside to `<file>.corrupt-<ms>`.
-    fn quarantine(&self, path: &Path, detail: String) -> Result<(), StoreError> {
+    /// A free `<file>.corrupt-<ms>` name for `path`.
+    fn aside_path(&self, path: &Path) -> PathBuf {
         let stamp = self.clock.now_ms();
         let mut target = PathBuf::from(format!("{}.corrupt-{stamp}", path.display()));
         let mut n = 1;
@@ -227,10 +244,35 @@ impl FileStore {
             target = PathBuf::from(format!("{}.corrupt-{stamp}-{n}", path.display()));
             n += 1;
         }
+        target
+    }
+
+    /// Moves a damaged file aside to `<file>.corrupt-<ms>`.
+    fn quarantine(&self, path: &Path, detail: String) -> Result<(), StoreError> {
+        let target = self.aside_path(path);
         fs::rename(path, &target).map_err(|e| StoreError::io("move aside", path, &e))?;
         self.report(vec![Problem::Corrupt {
             path: path.into(),
             detail,
+            moved_to: Some(target),
+        }]);
+        Ok(())
+    }
+
+    /// Before a write that replaces parts of `path` that did not parse
+    /// (`replaced`), keeps the file as it was in `<file>.corrupt-<ms>`
+    /// (written durably, same mode) and says so. Called under the lock.
+    fn copy_aside(&self, path: &Path, mode: u32, replaced: &[String]) -> Result<(), StoreError> {
+        let bytes = fs::read(path).map_err(|e| StoreError::io("read", path, &e))?;
+        let target = self.aside_path(path);
+        write_atomic_with(&target, &bytes, mode, None)
+            .map_err(|e| StoreError::io("copy aside", &target, &e))?;
+        self.report(vec![Problem::Corrupt {
+            path: path.into(),
+            detail: format!(
+                "{} did not parse and this update replaced it",
+                replaced.join(", ")
+            ),
             moved_to: Some(target),
         }]);
         Ok(())
@@ -271,6 +313,12 @@ impl FileStore {
         let after = doc.to_json();
         if before.as_ref() == Some(&after) {
             return Ok(());
+        }
+        // Unparsed parts are written back verbatim; one an edit replaced
+        // would be lost, so the file as it was is kept aside first.
+        let replaced = doc.replaced_unparsed();
+        if before.is_some() && !replaced.is_empty() {
+            self.copy_aside(path, T::MODE, &replaced)?;
         }
         let mut bytes = serde_json::to_vec_pretty(&after).expect("JSON serialises");
         bytes.push(b'\n');

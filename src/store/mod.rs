@@ -25,8 +25,9 @@
 //! moves it aside to `<file>.corrupt-<ms>` before writing — so a damaged
 //! secrets file is never silently overwritten. A single bad entry (an
 //! unknown credential type, a malformed `usageStats` record) is reported
-//! and skipped while the rest of the file is used. Problems collect in the
-//! store until [`Store::take_problems`] drains them.
+//! and left out of routing while the rest of the file is used, and the
+//! next write puts it back as it was. Problems collect in the store until
+//! [`Store::take_problems`] drains them.
 //!
 //! Worked example:
 //!
