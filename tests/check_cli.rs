@@ -150,3 +150,32 @@ fn very_long_rule_ids_print_whole_in_tables() {
         assert!(text(&o).contains(&id), "{args:?}");
     }
 }
+
+/// Files saved with a UTF-8 byte-order mark (Windows editors) read as if
+/// it were not there, and positions in diagnostics count from after it.
+#[test]
+fn byte_order_marks_are_ignored() {
+    let dir = temp_dir("bom");
+    std::fs::write(
+        dir.join("b.rules"),
+        "\u{feff}rule ops.bom when message has \"zzqq wibble\" => timeout\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("b.cases.yaml"),
+        "\u{feff}- {message: \"zzqq wibble\", expect: timeout, rule: ops.bom}\n",
+    )
+    .unwrap();
+    let d = dir.to_str().unwrap();
+    let o = failover(&["check", "--rules", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = failover(&["test", "--rules", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    std::fs::write(
+        dir.join("b.rules"),
+        "\u{feff}rule ops.bom when => timeout\n",
+    )
+    .unwrap();
+    let o = failover(&["check", "--rules", d]);
+    assert!(text(&o).contains("b.rules:1:19"), "{}", text(&o));
+}

@@ -683,6 +683,8 @@ fn classify_line(cx: &mut LineContext, line: &[u8], out: &mut Vec<u8>) -> Result
         explain,
     } = cx;
     let engine: &Engine = engine;
+    // A byte-order mark may open a file written on Windows.
+    let line = line.strip_prefix(crate::load::UTF8_BOM).unwrap_or(line);
     let text = std::str::from_utf8(line).map_err(|e| {
         format!(
             "line is not valid UTF-8 (first bad byte at column {})",
@@ -952,6 +954,10 @@ mod tests {
         assert_eq!((stats.lines, stats.bad), (5, 3));
         let (quoted, _) = run_stream("{\"status\": \"429\"}\n");
         assert_eq!(quoted[0]["reason"], "rate_limit");
+        // A byte-order mark before the first line (a file saved on Windows).
+        let (bom, stats) = run_stream("\u{feff}{\"status\": 429}\n{\"status\": 503}\n");
+        assert_eq!((stats.lines, stats.bad), (2, 0));
+        assert_eq!(bom[0]["reason"], "rate_limit");
         // Numbers that are no HTTP status: a per-line error, not a crash.
         let (out, stats) = run_stream(concat!(
             "{\"message\": \"x\", \"status\": 7}\n",

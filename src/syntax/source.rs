@@ -107,6 +107,12 @@ impl SourceMap {
         bytes: Vec<u8>,
     ) -> (FileId, Option<Diagnostic>) {
         let name = name.into();
+        // A UTF-8 byte-order mark (editors on Windows write one) is not
+        // part of the text: positions count from after it.
+        let mut bytes = bytes;
+        if bytes.starts_with(b"\xEF\xBB\xBF") {
+            bytes.drain(..3);
+        }
         if bytes.len() > MAX_FILE_BYTES {
             let size = bytes.len();
             let id = self.add(name, String::new());
