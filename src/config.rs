@@ -36,6 +36,9 @@
 //! The config holds metadata only (SPEC R5.3): an auth profile's provider,
 //! mode and e-mail, never keys or tokens. A secret found under
 //! `auth.profiles` is dropped with a warning, and its value is never echoed.
+//! More broadly, no message quotes a value from the file that looks like a
+//! credential, nor a source line that may hold one (SPEC R16.11): the path,
+//! line and column say where the problem is instead.
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
@@ -231,6 +234,9 @@ pub struct ConfigProblem {
     /// Place the problem at the last key rather than at its value (used
     /// for unknown keys).
     at_key: bool,
+    /// Never quote the source line: the problem is about a value that is
+    /// not shown (an unknown credential mode), whatever its shape.
+    conceal_line: bool,
 }
 
 impl ConfigProblem {
@@ -248,6 +254,7 @@ impl ConfigProblem {
             column: None,
             segments: Vec::new(),
             at_key: false,
+            conceal_line: false,
         }
     }
 
@@ -271,7 +278,7 @@ impl ConfigProblem {
                     let gutter = line.to_string();
                     let pad = " ".repeat(gutter.len());
                     let _ = writeln!(out, "{pad} |");
-                    if may_hold_secret(src) {
+                    if self.conceal_line || may_hold_secret(src) {
                         // Quoting the line back would print the secret.
                         let _ = writeln!(out, "{gutter} | (line not shown: it may hold a secret)");
                     } else {
@@ -437,7 +444,7 @@ impl GatewayConfig {
         if let Err(e) = root.apply_merge() {
             let mut p = ConfigProblem::whole_file(format!(
                 "cannot apply a `<<` merge key: {}",
-                strip_position(&e.to_string())
+                strip_position(&scrub_parser_message(&e.to_string()))
             ));
             if let Some(loc) = e.location() {
                 (p.line, p.column) = (Some(loc.line()), Some(loc.column()));
@@ -477,15 +484,17 @@ fn parse_tree(text: &str, format: Format) -> Result<Value, Box<ConfigProblem>> {
         if let Err(e) = serde_json::from_str::<IgnoredAny>(text) {
             let mut p = ConfigProblem::whole_file(format!(
                 "invalid JSON: {}",
-                strip_position(&e.to_string())
+                strip_position(&scrub_parser_message(&e.to_string()))
             ));
             (p.line, p.column) = (Some(e.line()), Some(e.column()));
             return Err(Box::new(p));
         }
     }
     serde_yaml::from_str::<Value>(text).map_err(|e| {
-        let mut p =
-            ConfigProblem::whole_file(format!("invalid YAML: {}", strip_position(&e.to_string())));
+        let mut p = ConfigProblem::whole_file(format!(
+            "invalid YAML: {}",
+            strip_position(&scrub_parser_message(&e.to_string()))
+        ));
         if let Some(loc) = e.location() {
             (p.line, p.column) = (Some(loc.line()), Some(loc.column()));
         }
@@ -496,7 +505,8 @@ fn parse_tree(text: &str, format: Format) -> Result<Value, Box<ConfigProblem>> {
 /// Parser messages carry the position (` at line L column C`), which is
 /// shown separately, so it is cut; a second position, in the context
 /// (`…, while parsing a block mapping at line 3 column 5`), says where the
-/// unclosed block began and stays, worded as such.
+/// unclosed block began and stays, worded as such. Callers pass the
+/// message through [`scrub_parser_message`] first, so no value is shown.
 fn strip_position(msg: &str) -> String {
     let msg = msg.trim_end_matches('.');
     let (main, context) = match msg.split_once(", while ") {
@@ -570,25 +580,276 @@ fn found(v: &Value) -> &'static str {
     }
 }
 
-/// Whether a source line sets one of [`SECRET_KEYS`] (`apiKey: …`,
-/// `"token": …`), so it must not be quoted in a message (SPEC R16.11).
+/// Whether a source line may hold a secret, so it must not be quoted back
+/// in a message (SPEC R16.11): it sets a key whose name says it holds one
+/// (`apiKey: …`, `"accessToken": …`, `client-secret: …`), or it holds a
+/// value shaped like a credential whatever its key (`note: sk-…`, a value
+/// on its own line, a one-line JSON object). A false positive only hides
+/// a source line; the path, line and column are still given.
 fn may_hold_secret(line: &str) -> bool {
-    let lower = line.to_ascii_lowercase();
-    let bytes = lower.as_bytes();
-    SECRET_KEYS.iter().any(|key| {
-        let key = key.to_ascii_lowercase();
-        lower.match_indices(&key).any(|(i, _)| {
-            let starts_word = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
-            let rest = lower[i + key.len()..].trim_start_matches(['"', '\'']);
-            starts_word && rest.trim_start().starts_with(':')
-        })
+    // A key with a `:` in it is a profile id (`openai:api-key-backup`),
+    // whose value is a profile, not a secret; field names have none.
+    line_keys(line)
+        .filter(|k| !k.contains(':'))
+        .any(secret_key_name)
+        || looks_like_secret(line)
+}
+
+/// The mapping keys a source line sets: the text before each `:` that ends
+/// a key (a quoted key, as in JSON, or a plain one followed by a space or
+/// the line end), back to where the key starts. `ollama/monkey:7b` sets
+/// none; `openai:default:` sets `openai:default`.
+fn line_keys(line: &str) -> impl Iterator<Item = &str> {
+    line.match_indices(':').filter_map(move |(i, _)| {
+        let before = line[..i].trim_end_matches([' ', '\t']);
+        if let Some(q) = before.chars().last().filter(|c| matches!(c, '"' | '\'')) {
+            let inner = &before[..before.len() - 1];
+            let start = inner.rfind(q).map_or(0, |s| s + 1);
+            return Some(&inner[start..]);
+        }
+        let after = &line[i + 1..];
+        if !(after.is_empty() || after.starts_with([' ', '\t', '\r'])) {
+            return None;
+        }
+        let start = before
+            .rfind([' ', '\t', '{', '[', ','])
+            .map_or(0, |s| s + 1);
+        Some(&before[start..]).filter(|k| !k.is_empty())
     })
 }
 
-/// Keys whose value would be a secret; they never belong in the config.
-const SECRET_KEYS: &[&str] = &[
-    "key", "apiKey", "api_key", "access", "refresh", "token", "secret", "password",
+/// Whether a key's name says its value is a secret, in any spelling:
+/// `apiKey`, `api_key`, `API-KEY`, `apikey`, `accessToken`,
+/// `client_secret`, `privateKey`, `Authorization`, `x-auth-header`,
+/// `bearer`. The name is split into lower-cased words (at camelCase
+/// humps and at `_`, `-`, `.`, spaces); it is a secret when a word is one
+/// of [`SECRET_KEY_WORDS`], or when the words run together contain one of
+/// [`SECRET_KEY_PARTS`]. The keys this file reads (`auth`, `order`,
+/// `profiles`, `primary`, `fallbacks`, `authPermanentBackoffMinutes`, …)
+/// match neither.
+fn secret_key_name(key: &str) -> bool {
+    let words = key_words(key);
+    let joined = words.concat();
+    SECRET_KEY_PARTS.iter().any(|p| joined.contains(p))
+        || words.iter().any(|w| SECRET_KEY_WORDS.contains(&w.as_str()))
+}
+
+/// Parts of a key name that mark a secret wherever they occur: `key`
+/// catches `apiKey`, `privateKey`, `x-api-key`, `keyfile` (and `monkey`,
+/// a false positive that only hides a line).
+const SECRET_KEY_PARTS: &[&str] = &[
+    "key",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "passphrase",
+    "bearer",
+    "authorization",
+    "authheader",
+    "credential",
+    "private",
+    "cookie",
 ];
+
+/// Words that mark a secret only as a whole word (`refresh`, `access`:
+/// OAuth token fields; as parts they would catch harmless names). `auth`
+/// is not one: it is a section this file reads.
+const SECRET_KEY_WORDS: &[&str] = &["access", "refresh", "pass", "pwd", "pat", "jwt"];
+
+/// A key name as lower-cased words: `accessToken` → `access`, `token`;
+/// `APIKey` → `api`, `key`; `client-secret` → `client`, `secret`.
+fn key_words(key: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let chars: Vec<char> = key.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        if !c.is_alphanumeric() {
+            if !word.is_empty() {
+                words.push(std::mem::take(&mut word));
+            }
+            continue;
+        }
+        let prev = i.checked_sub(1).map(|j| chars[j]);
+        let next = chars.get(i + 1).copied();
+        let hump = c.is_uppercase()
+            && prev.is_some_and(|p| {
+                p.is_lowercase()
+                    || p.is_ascii_digit()
+                    || (p.is_uppercase() && next.is_some_and(char::is_lowercase))
+            });
+        if hump && !word.is_empty() {
+            words.push(std::mem::take(&mut word));
+        }
+        word.extend(c.to_lowercase());
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
+/// Well-known prefixes of issued credentials, with the shortest token
+/// that counts (so a plain word that happens to start the same way does
+/// not): OpenAI/Anthropic/Stripe keys, GitHub, GitLab, Slack, Hugging
+/// Face, npm and PyPI tokens, AWS access key ids, Google API keys, JWTs.
+const SECRET_PREFIXES: &[(&str, usize)] = &[
+    ("sk-", 8),
+    ("sk_", 8),
+    ("rk_", 12),
+    ("ghp_", 12),
+    ("gho_", 12),
+    ("ghu_", 12),
+    ("ghs_", 12),
+    ("ghr_", 12),
+    ("github_pat_", 16),
+    ("glpat-", 12),
+    ("xoxa-", 10),
+    ("xoxb-", 10),
+    ("xoxe", 10),
+    ("xoxp-", 10),
+    ("xoxs-", 10),
+    ("hf_", 20),
+    ("npm_", 20),
+    ("pypi-", 20),
+    ("AKIA", 16),
+    ("ASIA", 16),
+    ("AIza", 20),
+    ("eyJ", 20),
+];
+
+/// Whether text holds a value shaped like a credential: a token with a
+/// well-known prefix ([`SECRET_PREFIXES`]), an HTTP auth scheme with its
+/// credential (`Bearer …`, `Basic …`), a URL with a password
+/// (`https://user:pw@host`), or a long token that looks random
+/// ([`random_token`]). Tokens are the runs of `[A-Za-z0-9_.-]`.
+fn looks_like_secret(text: &str) -> bool {
+    let is_token = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    let mut rest = text;
+    while let Some(start) = rest.find(is_token) {
+        let tail = &rest[start..];
+        let len = tail.find(|c| !is_token(c)).unwrap_or(tail.len());
+        let (token, after) = tail.split_at(len);
+        let prefixed = SECRET_PREFIXES.iter().any(|&(p, min)| {
+            token.len() >= min
+                && token.get(..p.len()).is_some_and(|t| {
+                    t == p || (p == p.to_ascii_lowercase() && t.eq_ignore_ascii_case(p))
+                })
+        });
+        // `Bearer <anything>`, `Basic <base64>`: the scheme word, a space,
+        // then the credential.
+        let credential = after.trim_start_matches([' ', '\t']);
+        let spaced = credential.len() < after.len();
+        let scheme = spaced
+            && if token.eq_ignore_ascii_case("bearer") {
+                credential.starts_with(|c: char| !c.is_whitespace() && c != '#')
+            } else if token.eq_ignore_ascii_case("basic") {
+                credential
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=')))
+                    .unwrap_or(credential.len())
+                    >= 8
+            } else {
+                false
+            };
+        if prefixed || scheme || random_token(token) {
+            return true;
+        }
+        rest = after;
+    }
+    // `scheme://user:password@host`
+    text.match_indices("://").any(|(i, _)| {
+        let authority = &text[i + 3..];
+        let authority = &authority[..authority
+            .find(|c: char| c == '/' || c.is_whitespace() || matches!(c, '"' | '\''))
+            .unwrap_or(authority.len())];
+        authority
+            .rfind('@')
+            .is_some_and(|at| authority[..at].contains(':'))
+    })
+}
+
+/// Whether a token looks random rather than like a name: 24 characters or
+/// more, with letters and digits (or with upper and lower case letters
+/// each a quarter of it), and either a piece between `-`, `_`, `.` of 16
+/// characters or more that mixes kinds (lower case, upper case, digits),
+/// or 8 switches of kind or more inside pieces. Model ids are short
+/// pieces of one kind (`claude-3-5-sonnet-20241022`,
+/// `Llama-3.2-11B-Vision-Instruct-Turbo`), and camelCase key names have no
+/// digits and few capitals; a random 32-character key passes nearly
+/// always (see the tests).
+fn random_token(token: &str) -> bool {
+    if token.len() < 24 {
+        return false;
+    }
+    let count = |f: fn(&u8) -> bool| token.bytes().filter(f).count();
+    let (lower, upper, digits) = (
+        count(u8::is_ascii_lowercase),
+        count(u8::is_ascii_uppercase),
+        count(u8::is_ascii_digit),
+    );
+    let mixed_case = lower * 4 >= token.len() && upper * 4 >= token.len();
+    if lower + upper == 0 || (digits == 0 && !mixed_case) {
+        return false;
+    }
+    let kind = |b: u8| match b {
+        b'a'..=b'z' => 0,
+        b'A'..=b'Z' => 1,
+        _ => 2,
+    };
+    let mut switches = 0;
+    for piece in token.split(['-', '_', '.']) {
+        let b = piece.as_bytes();
+        let piece_switches = b.windows(2).filter(|w| kind(w[0]) != kind(w[1])).count();
+        if b.len() >= 16 && piece_switches > 0 {
+            return true;
+        }
+        switches += piece_switches;
+    }
+    switches >= 8
+}
+
+/// A value from the file for a message, or `None` when it looks like a
+/// credential ([`looks_like_secret`]): the message then says what is wrong
+/// without it.
+fn quotable(value: &str) -> Option<String> {
+    (!looks_like_secret(value)).then(|| shown(value))
+}
+
+/// A parser message with what it quotes from the file taken out: the YAML
+/// parser quotes a scalar it cannot read as its tag says (`invalid value:
+/// string "…", expected an integer`), and a duplicate key by name. A
+/// quoted value is always cut; a quoted key only when it looks like a
+/// secret.
+fn scrub_parser_message(msg: &str) -> String {
+    let mut out = String::new();
+    let mut rest = msg;
+    while let Some(open) = rest.find('"') {
+        let body = &rest[open + 1..];
+        let mut escaped = false;
+        let close = body.char_indices().find_map(|(j, c)| {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => return Some(j),
+                _ => {}
+            }
+            None
+        });
+        let Some(close) = close else { break };
+        out.push_str(&rest[..open]);
+        let quoted = &body[..close];
+        if out.ends_with("string ") || looks_like_secret(quoted) {
+            out.push_str("\"…\"");
+        } else {
+            out.push('"');
+            out.push_str(quoted);
+            out.push('"');
+        }
+        rest = &body[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
 
 #[derive(Default)]
 struct Reader {
@@ -607,6 +868,7 @@ impl Reader {
             column: None,
             segments: self.path.clone(),
             at_key,
+            conceal_line: false,
         });
     }
 
@@ -802,10 +1064,14 @@ impl Reader {
                 if let Some(first) = out.iter().position(|a| a.id.eq_ignore_ascii_case(&id)) {
                     let first = indices[first];
                     r.key("id", |r| {
-                        r.error(format!(
-                            "agent id `{}` is used twice (first at `agents.list[{first}]`)",
-                            shown(&id)
-                        ))
+                        r.error(match quotable(&id) {
+                            Some(id) => format!(
+                                "agent id `{id}` is used twice (first at `agents.list[{first}]`)"
+                            ),
+                            None => format!(
+                                "this agent id is used twice (first at `agents.list[{first}]`); it is not shown, as it looks like a secret"
+                            ),
+                        })
                     });
                     return;
                 }
@@ -852,6 +1118,13 @@ impl Reader {
         match v {
             Value::String(s) => match ModelRef::parse(s) {
                 Ok(m) => Some(m),
+                // The parser's message quotes the value.
+                Err(_) if looks_like_secret(s) => {
+                    self.error(
+                        "expected a \"provider/model\" string; the value is not shown, as it looks like a secret",
+                    );
+                    None
+                }
                 Err(e) => {
                     self.error(e.to_string());
                     None
@@ -875,11 +1148,8 @@ impl Reader {
             Value::Sequence(items) => items,
             Value::Null => return None,
             Value::String(s) => {
-                let example = if ModelRef::parse(s).is_ok() {
-                    format!(
-                        "write `[{}]`, or one `- provider/model` line per fallback",
-                        shown(s)
-                    )
+                let example = if let Some(s) = quotable(s).filter(|_| ModelRef::parse(s).is_ok()) {
+                    format!("write `[{s}]`, or one `- provider/model` line per fallback")
                 } else {
                     "write `[provider/model, …]`, or one `- provider/model` line per fallback"
                         .to_string()
@@ -907,9 +1177,14 @@ impl Reader {
                 }
                 let Some(m) = r.model_ref(item) else { return };
                 if let Some(first) = out.iter().position(|x| *x == m) {
-                    r.warn(format!(
-                        "`{m}` is listed twice (first at index {first}); the repeat is ignored"
-                    ));
+                    r.warn(match quotable(m.as_str()) {
+                        Some(m) => format!(
+                            "`{m}` is listed twice (first at index {first}); the repeat is ignored"
+                        ),
+                        None => format!(
+                            "this model is listed twice (first at index {first}); the repeat is ignored"
+                        ),
+                    });
                 }
                 out.push(m);
             });
@@ -951,12 +1226,36 @@ impl Reader {
 
     fn profile(&mut self, id: &str, v: &Value) -> Option<AuthProfileMeta> {
         let map = self.mapping(v)?;
-        let mut known = vec!["provider", "mode", "type", "email"];
-        known.extend_from_slice(SECRET_KEYS);
+        const META: [&str; 4] = ["provider", "mode", "type", "email"];
+        const MODES: [&str; 3] = ["api_key", "oauth", "token"];
+        // A key whose name says it holds a secret (`apiKey`, `accessToken`,
+        // `client-secret`) is not an unknown key but a secret in the wrong
+        // place. The value is never read, stored or shown.
+        let mut meta = Mapping::new();
+        for (k, v) in map {
+            match key_text(k) {
+                Some(name) if !META.contains(&name) && secret_key_name(name) => {
+                    self.key(name, |r| {
+                        r.push(
+                            Severity::Warning,
+                            "secrets do not belong in the config file; this value is ignored".into(),
+                            Some(
+                                "keep keys and tokens in `<state>/agents/<agentId>/agent/auth-profiles.json` (SPEC R5.1)"
+                                    .into(),
+                            ),
+                            true,
+                        )
+                    });
+                }
+                _ => {
+                    meta.insert(k.clone(), v.clone());
+                }
+            }
+        }
         let mut provider = None;
         let mut mode = None;
         let mut email = None;
-        for (k, v) in self.entries(map, &known) {
+        for (k, v) in self.entries(&meta, &META) {
             self.key(k, |r| match k {
                 "provider" => provider = r.string(v, "a provider id"),
                 "mode" | "type" => {
@@ -967,26 +1266,32 @@ impl Reader {
                         "api_key" => Some(CredentialMode::ApiKey),
                         "oauth" => Some(CredentialMode::OAuth),
                         "token" => Some(CredentialMode::Token),
+                        // The value is never echoed, whatever its shape: a
+                        // mode field is where a pasted credential lands, and
+                        // no shape test can tell a secret from a word (a
+                        // short lower-case word may be a password). The
+                        // message says what is allowed instead, and a near
+                        // miss (`OAuth`, `apikey`) names the known mode,
+                        // which shows nothing of the value.
                         other => {
-                            r.error(format!(
-                                "unknown credential mode `{}`: expected `api_key`, `oauth` or `token`",
-                                shown(other)
-                            ));
+                            let help = suggest(other.trim(), &MODES)
+                                .map(|m| format!("did you mean `{m}`?"))
+                                .unwrap_or_else(|| {
+                                    "the value is not shown, in case it is a secret".to_string()
+                                });
+                            r.error_help(
+                                "unknown credential mode: expected `api_key`, `oauth` or `token`",
+                                help,
+                            );
+                            // The source line would show the value.
+                            if let Some(p) = r.problems.last_mut() {
+                                p.conceal_line = true;
+                            }
                             None
                         }
                     };
                 }
-                "email" => email = r.string(v, "an e-mail address"),
-                // The value is never read, stored or shown.
-                _ => r.push(
-                    Severity::Warning,
-                    "secrets do not belong in the config file; this value is ignored".into(),
-                    Some(
-                        "keep keys and tokens in `<state>/agents/<agentId>/agent/auth-profiles.json` (SPEC R5.1)"
-                            .into(),
-                    ),
-                    true,
-                ),
+                _ => email = r.string(v, "an e-mail address"),
             });
         }
         let Some(provider) = provider else {
@@ -1001,10 +1306,15 @@ impl Reader {
         let provider = provider.trim().to_ascii_lowercase();
         let prefix = id.split(':').next().unwrap_or("");
         if !id.contains(':') || !prefix.eq_ignore_ascii_case(&provider) {
-            self.warn(format!(
-                "profile id `{}` does not start with `{provider}:` (ids are `provider:default` or `provider:<email>`)",
-                shown(id)
-            ));
+            // `provider` is a value from the file; the id is a key, shown
+            // in the path too.
+            self.warn(match (quotable(id), quotable(&provider)) {
+                (Some(id), Some(provider)) => format!(
+                    "profile id `{id}` does not start with `{provider}:` (ids are `provider:default` or `provider:<email>`)"
+                ),
+                _ => "profile id does not start with the profile's provider and `:` (ids are `provider:default` or `provider:<email>`); the value is not shown, as it looks like a secret"
+                    .to_string(),
+            });
         }
         Some(AuthProfileMeta {
             id: id.to_string(),
@@ -1042,10 +1352,13 @@ impl Reader {
                             return;
                         };
                         if ids.contains(&id) {
-                            r.warn(format!(
-                                "profile `{}` is listed twice; the repeat is ignored",
-                                shown(&id)
-                            ));
+                            r.warn(match quotable(&id) {
+                                Some(id) => {
+                                    format!("profile `{id}` is listed twice; the repeat is ignored")
+                                }
+                                None => "this profile is listed twice; the repeat is ignored"
+                                    .to_string(),
+                            });
                         } else {
                             ids.push(id);
                         }
@@ -1720,6 +2033,205 @@ auth:
         assert!(!may_hold_secret("  primary: ollama/monkey:7b"));
     }
 
+    // R16.11: an unknown credential mode is never echoed, whatever it is;
+    // a near miss names the known mode instead.
+    #[test]
+    fn r16_11_unknown_mode_is_not_echoed() {
+        let text = "auth:\n  profiles:\n    a:default: { provider: a, mode: OAuth }\n    b:default: { provider: b, type: magic }\n    c:default: { provider: c, mode: sk-live-FAKE-0001 }\n";
+        let e = GatewayConfig::parse(text, Format::Yaml, "m.yaml").unwrap_err();
+        let helps: Vec<_> = e.problems.iter().map(|p| p.help.as_deref()).collect();
+        assert_eq!(
+            helps,
+            [
+                Some("did you mean `oauth`?"),
+                Some("the value is not shown, in case it is a secret"),
+                Some("the value is not shown, in case it is a secret"),
+            ]
+        );
+        let shown = e.to_string();
+        for value in ["OAuth", "magic", "FAKE"] {
+            assert!(!shown.contains(value), "{value}: {shown}");
+        }
+        assert_eq!(e.problems[2].line, Some(5), "still placed");
+        assert_eq!(
+            shown
+                .matches("(line not shown: it may hold a secret)")
+                .count(),
+            3,
+            "{shown}"
+        );
+    }
+
+    // R16.11: a key that names a secret hides its line in any spelling.
+    #[test]
+    fn r16_11_secret_keys_in_any_spelling_hide_the_line() {
+        for line in [
+            "      accessToken: FAKE",
+            "      access_token: FAKE",
+            "      refreshToken: FAKE",
+            "      refresh: FAKE",
+            "      access: FAKE",
+            "      apiToken: FAKE",
+            "      APIKey: FAKE",
+            "      API-KEY: FAKE",
+            "      apikey: FAKE",
+            "      x-api-key: FAKE",
+            "      key: FAKE",
+            "      privateKey: FAKE",
+            "      private_key_pem: FAKE",
+            "      bearer: FAKE",
+            "      bearerToken: FAKE",
+            "      authorization: FAKE",
+            "      Authorization : FAKE",
+            "      auth_header: FAKE",
+            "      authHeader: FAKE",
+            "      client_secret: FAKE",
+            "      clientSecret: FAKE",
+            "      CLIENT-SECRET: FAKE",
+            "      password: FAKE",
+            "      Passwd: FAKE",
+            "      pwd: FAKE",
+            "      credentials: FAKE",
+            "      sessionCookie: FAKE",
+            r#"  "apiKey" : "x""#,
+            r#"{"agents": {}, "auth": {"profiles": {"a:b": {"accessToken":"FAKE"}}}}"#,
+            "    x:default: { provider: x, oauthRefreshToken: FAKE }",
+            "    'refresh-token': FAKE",
+            "      accessToken:",
+        ] {
+            assert!(may_hold_secret(line), "{line}");
+        }
+        assert_eq!(key_words("APIKey"), ["api", "key"]);
+        assert_eq!(
+            key_words("oauth2AccessToken"),
+            ["oauth2", "access", "token"]
+        );
+        assert_eq!(key_words("x-api_key.v2"), ["x", "api", "key", "v2"]);
+    }
+
+    // R16.11: a value shaped like a credential hides its line whatever the
+    // key, and is never echoed in a message.
+    #[test]
+    fn r16_11_secret_values_hide_the_line() {
+        for line in [
+            "      note: sk-live-FAKE-0001",
+            "      note: sk-ant-api03-FAKE",
+            "      note: sk_live_FAKE0001",
+            "        sk-live-FAKE-0001",
+            "    - ghp_FAKEFAKEFAKE0001",
+            "      slack: xoxb-1234-FAKE",
+            "      id: AKIAFAKEFAKEFAKE0001",
+            "      hint: \"Bearer FAKE\"",
+            "      hint: bearer abc",
+            "      hint: Basic dXNlcjpwYXNzd29yZA==",
+            "      url: https://user:FAKE@example.com/v1",
+            "      blob: 9fA3kQ7zL2mW8vR4tY6uP1sD0",
+            "      blob: 3f9a0c2e7b4d1f6a8c5e9b2d7f4a1c3e",
+            "      blob: eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.FAKE",
+            "      primary: openai/sk-live-FAKE-0001",
+        ] {
+            assert!(may_hold_secret(line), "{line}");
+        }
+        assert_eq!(quotable("sk-live-FAKE-0001"), None);
+        assert_eq!(
+            quotable("openai/gpt-5.2").as_deref(),
+            Some("openai/gpt-5.2")
+        );
+    }
+
+    // What the config really holds is still quoted: keys it reads, model
+    // ids, profile ids, e-mails, modes.
+    #[test]
+    fn harmless_lines_are_still_shown() {
+        let texts = [
+            FULL,
+            include_str!("../examples/configs/gateway.yaml"),
+            include_str!("../examples/configs/gateway.json"),
+            include_str!("../examples/configs/minimal.yaml"),
+        ];
+        for line in texts.iter().flat_map(|t| t.lines()) {
+            assert!(!may_hold_secret(line), "{line}");
+        }
+        for line in [
+            "  primary: ollama/monkey:7b",
+            "auth:",
+            "    authPermanentBackoffMinutes: 10",
+            "    billingBackoffHoursByProvider: { openrouter: 1 }",
+            "    rateLimitedProfileRotations: 2",
+            "  order:",
+            "    openai: [\"openai:default\", \"openai:me@example.com\"]",
+            "      mode: token",
+            "      type: api_key",
+            "      primary: anthropic/claude-3-5-sonnet-20241022",
+            "      fallbacks: [together/Meta-Llama-3.1-70B-Instruct-Turbo, groq/deepseek-r1-distill-llama-70b]",
+            "      fallbacks: [bedrock/us.anthropic.claude-3-5-sonnet-20241022-v2:0]",
+            "      fallbacks: [ollama/qwen2.5-coder-32b-instruct-q4_K_M, google/gemini-2.0-flash-thinking-exp-01-21]",
+            "      email: firstname.lastname99@example.com",
+            "# keep tokens out of this file",
+        ] {
+            assert!(!may_hold_secret(line), "{line}");
+        }
+    }
+
+    // Random keys of 32 characters are nearly always taken for secrets,
+    // whatever their alphabet (a fixed generator keeps the test stable).
+    #[test]
+    fn random_tokens_are_recognised() {
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let alphabets = [
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_",
+            "0123456789abcdef",
+            "abcdefghijklmnopqrstuvwxyz0123456789",
+        ];
+        for alphabet in alphabets {
+            let chars: Vec<char> = alphabet.chars().collect();
+            let found = (0..1000)
+                .filter(|_| {
+                    let token: String = (0..32)
+                        .map(|_| chars[(next() % chars.len() as u64) as usize])
+                        .collect();
+                    random_token(&token)
+                })
+                .count();
+            assert!(found >= 990, "{alphabet}: {found} of 1000");
+        }
+        assert!(!random_token("billingBackoffHoursByProvider"));
+        assert!(!random_token("claude-3-7-sonnet-20250219"));
+    }
+
+    // The YAML parser quotes a value it cannot read as its tag says; the
+    // message keeps what went wrong, not the value.
+    #[test]
+    fn parser_messages_do_not_quote_values() {
+        let text = "auth:\n  cooldowns:\n    billingMaxHours: !!int sk-live-FAKE-0001\n";
+        let p = problems(text, Format::Yaml);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(
+            p[0].message,
+            "invalid YAML: auth.cooldowns.billingMaxHours: invalid value: string \"…\", expected an integer"
+        );
+        assert_eq!((p[0].line, p[0].column), (Some(3), Some(22)));
+        assert_eq!(
+            scrub_parser_message(r#"duplicate entry with key "order""#),
+            r#"duplicate entry with key "order""#
+        );
+        assert_eq!(
+            scrub_parser_message(r#"duplicate entry with key "sk-live-FAKE-01""#),
+            r#"duplicate entry with key "…""#
+        );
+        assert_eq!(
+            scrub_parser_message(r#"invalid value: string "a \"b\" c", expected x"#),
+            r#"invalid value: string "…", expected x"#
+        );
+    }
+
     #[test]
     fn profile_and_order_problems() {
         let text = "\
@@ -1747,7 +2259,7 @@ auth:
                 (
                     Severity::Error,
                     "auth.profiles[\"openai:default\"].mode",
-                    "unknown credential mode `magic`: expected `api_key`, `oauth` or `token`"
+                    "unknown credential mode: expected `api_key`, `oauth` or `token`"
                 ),
                 (
                     Severity::Error,
