@@ -249,3 +249,28 @@ fn state_path_that_is_a_directory_is_an_error_with_its_path() {
     assert!(path.join("inside").is_dir(), "nothing on disk is destroyed");
     std::fs::remove_dir_all(root).unwrap();
 }
+
+// A FIFO where the state file belongs is refused at once: reading it would
+// wait for a writer for ever.
+#[cfg(unix)]
+#[test]
+fn fifo_state_file_is_an_error_not_a_hang() {
+    let root = temp_root("fifo");
+    let store = FileStore::open(&root, "main").unwrap();
+    let path = store.paths().state.clone();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(store.load_state().map_err(|e| e.to_string())));
+    // The timeout turns a blocked read into a failure instead of a hang.
+    let got = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("no block");
+    let err = got.unwrap_err();
+    assert!(err.contains("not a regular file"), "{err}");
+    std::fs::remove_dir_all(root).unwrap();
+}

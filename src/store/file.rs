@@ -141,6 +141,17 @@ impl Doc for SessionStore {
 }
 
 fn read_json(path: &Path) -> Result<Read, StoreError> {
+    // A FIFO would block the read for ever and a device (`/dev/zero`)
+    // never ends: only a regular file is read.
+    if let Ok(meta) = fs::metadata(path) {
+        if !meta.is_file() {
+            let e = std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file (a FIFO, device, socket or directory)",
+            );
+            return Err(StoreError::io("read", path, &e));
+        }
+    }
     let bytes = match fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Read::Missing),
