@@ -202,6 +202,11 @@ impl Diagnostic {
     }
 }
 
+/// Source lines longer than this are shown as a window around the span.
+const SNIPPET_MAX_BYTES: usize = 240;
+/// How much of a long line the window shows on each side of the span.
+const SNIPPET_CONTEXT_BYTES: usize = 80;
+
 fn render_snippet(out: &mut String, sources: &SourceMap, span: Span, label: &str, arrow: &str) {
     let file = sources.get(span.file);
     let (line, col) = (span.line, span.col);
@@ -209,8 +214,6 @@ fn render_snippet(out: &mut String, sources: &SourceMap, span: Span, label: &str
     let text = file.line_text(line);
     let gutter = line.to_string();
     let pad = " ".repeat(gutter.len());
-    let _ = writeln!(out, "{pad} |");
-    let _ = writeln!(out, "{gutter} | {text}");
     // The caret runs under the span, clipped to the first line.
     let start_byte = file.line_start(line);
     let line_end = start_byte + text.len();
@@ -222,16 +225,42 @@ fn render_snippet(out: &mut String, sources: &SourceMap, span: Span, label: &str
         }
         i
     };
-    let span_start = snap((span.start as usize).clamp(start_byte, line_end));
-    let span_end = snap((span.end as usize).clamp(span_start, line_end));
-    let lead: String = text[..span_start - start_byte]
+    let span_start = snap((span.start as usize).clamp(start_byte, line_end)) - start_byte;
+    let span_end = snap((span.end as usize).clamp(span_start + start_byte, line_end)) - start_byte;
+    // A long line (a whole ruleset written on one line) is shown as a
+    // window around the span: quoting it whole under each of thousands of
+    // diagnostics took gigabytes.
+    let (from, to) = if text.len() > SNIPPET_MAX_BYTES {
+        let mut from = span_start.saturating_sub(SNIPPET_CONTEXT_BYTES);
+        while !text.is_char_boundary(from) {
+            from -= 1;
+        }
+        let mut to = (span_end.max(span_start + 1) + SNIPPET_CONTEXT_BYTES)
+            .min(span_start + SNIPPET_MAX_BYTES)
+            .min(text.len());
+        while !text.is_char_boundary(to) {
+            to += 1;
+        }
+        (from, to)
+    } else {
+        (0, text.len())
+    };
+    let (before, after) = (
+        if from > 0 { "…" } else { "" },
+        if to < text.len() { "…" } else { "" },
+    );
+    let _ = writeln!(out, "{pad} |");
+    let _ = writeln!(out, "{gutter} | {before}{}{after}", &text[from..to]);
+    let lead: String = before
         .chars()
-        .map(|c| if c == '\t' { '\t' } else { ' ' })
+        .map(|_| ' ')
+        .chain(
+            text[from..span_start]
+                .chars()
+                .map(|c| if c == '\t' { '\t' } else { ' ' }),
+        )
         .collect();
-    let width = text[span_start - start_byte..span_end - start_byte]
-        .chars()
-        .count()
-        .max(1);
+    let width = text[span_start..span_end.min(to)].chars().count().max(1);
     let carets = "^".repeat(width);
     if label.is_empty() {
         let _ = writeln!(out, "{pad} | {lead}{carets}");
@@ -305,6 +334,29 @@ mod tests {
         assert_eq!(did_you_mean("rate_limt", words), Some("rate_limit"));
         assert_eq!(did_you_mean("biling", words), Some("billing"));
         assert_eq!(did_you_mean("zzz", words), None);
+    }
+
+    /// On a long line the snippet is a window around the span, marked with
+    /// `…` at the cut ends, and the caret still sits under the span.
+    #[test]
+    fn long_lines_are_shown_as_a_window_around_the_span() {
+        let mut sources = SourceMap::new();
+        let text = format!("{}BAD{}\n", "a".repeat(5_000), "b".repeat(5_000));
+        let f = sources.add("long.rules", text);
+        let d = Diagnostic::new(Code::E001, sources.span(f, 5_000, 5_003), "bad").label("here");
+        let out = d.render(&sources);
+        assert!(out.len() < 700, "{} bytes", out.len());
+        assert!(out.contains(" --> long.rules:1:5001"), "{out}");
+        let lines: Vec<&str> = out.lines().collect();
+        let (code, carets) = (lines[3], lines[4]);
+        assert!(code.starts_with("1 | …a") && code.ends_with("b…"), "{code}");
+        let at = carets.find('^').unwrap();
+        assert_eq!(code.chars().nth(carets[..at].chars().count()), Some('B'));
+        assert!(carets.ends_with("^^^ here"), "{carets}");
+        // Short lines are shown whole.
+        let g = sources.add("short.rules", "rule x when BAD\n".to_string());
+        let d = Diagnostic::new(Code::E001, sources.span(g, 12, 15), "bad");
+        assert!(d.render(&sources).contains("1 | rule x when BAD\n"));
     }
 
     #[test]
