@@ -104,6 +104,12 @@ pub fn parse_cases(name: &str, text: &str) -> Result<CaseFile, String> {
                 i + 1
             ));
         }
+        if let Some(s) = c.status.filter(|s| !(100..=599).contains(s)) {
+            return Err(format!(
+                "{name}: case #{}: status {s} is not an HTTP status (100–599)",
+                i + 1
+            ));
+        }
     }
     Ok(CaseFile {
         name: name.to_string(),
@@ -445,4 +451,25 @@ pub fn render_case_table(report: &Report, file: &str) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_case_status_must_be_an_http_status() {
+        assert!(parse_cases("c.yaml", "- {message: x, status: 429, expect: timeout}\n").is_ok());
+        for bad in [0, 99, 600, 700] {
+            let err = parse_cases(
+                "c.yaml",
+                &format!("- {{message: x, status: {bad}, expect: timeout}}\n"),
+            )
+            .unwrap_err();
+            assert_eq!(
+                err,
+                format!("c.yaml: case #1: status {bad} is not an HTTP status (100–599)")
+            );
+        }
+    }
 }

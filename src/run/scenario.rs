@@ -385,6 +385,9 @@ impl Script {
 }
 
 fn to_failure(e: &ScriptedError, now: u64) -> Result<ProviderFailure, String> {
+    if let Some(s) = e.status.filter(|s| !(100..=599).contains(s)) {
+        return Err(format!("status {s} is not an HTTP status (100–599)"));
+    }
     Ok(ProviderFailure {
         status: e.status,
         code: e.code.clone(),
@@ -835,6 +838,20 @@ pub fn to_json(r: &Report) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scripted_errors_need_an_http_status() {
+        let error = |status| -> ScriptedError {
+            serde_yaml::from_str(&format!("{{status: {status}, message: x}}")).unwrap()
+        };
+        assert_eq!(to_failure(&error(429), 0).unwrap().status, Some(429));
+        for bad in [0, 99, 600, 700] {
+            assert_eq!(
+                to_failure(&error(bad), 0).unwrap_err(),
+                format!("status {bad} is not an HTTP status (100–599)")
+            );
+        }
+    }
 
     #[test]
     fn offsets_parse_and_refuse_what_overflows() {
