@@ -39,14 +39,21 @@ impl Secret {
         self.0.trim().is_empty()
     }
 
-    /// `sk-…abcd` for a long secret, `…` for a short one.
+    /// `sk-…abcd` for a long secret, `…` for a short one. The ends shown
+    /// are the secret's, with control characters as `?`: a pasted key that
+    /// ends in a newline or a terminal escape must not move the cursor of
+    /// whoever reads `status`.
     pub fn masked(&self) -> String {
         let chars: Vec<char> = self.0.chars().collect();
         if chars.len() < MIN_LEN_TO_SHOW_ENDS {
             return "…".into();
         }
-        let head: String = chars[..3].iter().collect();
-        let tail: String = chars[chars.len() - 4..].iter().collect();
+        let shown = |cs: &[char]| -> String {
+            cs.iter()
+                .map(|&c| if c.is_control() { '?' } else { c })
+                .collect()
+        };
+        let (head, tail) = (shown(&chars[..3]), shown(&chars[chars.len() - 4..]));
         format!("{head}…{tail}")
     }
 }
@@ -69,6 +76,14 @@ mod tests {
         assert!(!dbg.contains("SECRET"));
         assert_eq!(s.masked(), "sk-…wxyz");
         assert!(!s.masked().contains("SECRET"));
+    }
+
+    #[test]
+    fn control_characters_are_not_shown() {
+        let s = Secret::new("sk-live-SECRETSECRETSECRET\u{1b}[2J\n");
+        assert_eq!(s.masked(), "sk-…[2J?");
+        let s = Secret::new("\t\u{7}xSECRETSECRETSECRET-wxyz");
+        assert_eq!(s.masked(), "??x…wxyz");
     }
 
     #[test]
