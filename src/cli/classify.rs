@@ -348,6 +348,10 @@ impl StreamStats {
 /// Input is cut into chunks of whole lines of about this size; workers
 /// classify chunks in parallel and the writer puts them back in order.
 const CHUNK_BYTES: usize = 256 << 10;
+/// A JSONL line longer than this is not read (it gets an error line):
+/// memory stays bounded whatever the input. A message is judged on its
+/// first 1 MiB anyway.
+const MAX_LINE_BYTES: usize = 64 << 20;
 /// A fresh read shorter than this, ending a line, ends a chunk early: the
 /// source has paused (see the reader in [`classify_stream`]).
 const PAUSED_READ: usize = 16 << 10;
@@ -361,6 +365,25 @@ struct Chunk {
     /// The input paused after this chunk (a live stream): its output is
     /// flushed as soon as it is written.
     paused: bool,
+    /// Lines (0-based within the chunk) longer than the limit: not read,
+    /// an empty line stands in their place.
+    long_lines: Vec<u64>,
+}
+
+/// Consumes input up to and including the next line break (or the end).
+fn skip_line(input: &mut impl BufRead) -> io::Result<()> {
+    loop {
+        let buf = input.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if let Some(at) = memchr::memchr(b'\n', buf) {
+            input.consume(at + 1);
+            return Ok(());
+        }
+        let n = buf.len();
+        input.consume(n);
+    }
 }
 
 /// One chunk's output lines and counts.
@@ -379,10 +402,25 @@ struct Classified {
 /// bounded queues, so memory stays flat whatever the input size.
 pub fn classify_stream<R: BufRead, W: Write + Send, P: Write + Send>(
     engine: &Engine,
+    input: R,
+    output: W,
+    explain: bool,
+    progress: Option<P>,
+) -> io::Result<StreamStats> {
+    classify_stream_within(engine, input, output, explain, progress, MAX_LINE_BYTES)
+}
+
+/// [`classify_stream`] with lines longer than `max_line` bytes skipped
+/// (each gets an error line). The check runs on the line being read, so
+/// it is exact when `max_line` is larger than one read of `input` (the
+/// command reads 64 KiB at a time); memory holds at most one such line.
+fn classify_stream_within<R: BufRead, W: Write + Send, P: Write + Send>(
+    engine: &Engine,
     mut input: R,
     output: W,
     explain: bool,
     mut progress: Option<P>,
+    max_line: usize,
 ) -> io::Result<StreamStats> {
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -409,6 +447,7 @@ pub fn classify_stream<R: BufRead, W: Write + Send, P: Write + Send>(
                         scratch: &mut scratch,
                         body_text: &mut body_text,
                         explain,
+                        max_line,
                     };
                     let done = classify_chunk(&mut cx, &chunk);
                     if done_tx.send(done).is_err() {
@@ -492,6 +531,9 @@ pub fn classify_stream<R: BufRead, W: Write + Send, P: Write + Send>(
                 let mut bytes = Vec::with_capacity(CHUNK_BYTES + (4 << 10));
                 let first_line = line_no;
                 let mut paused = false;
+                let mut long_lines = Vec::new();
+                // Where the line being read starts in `bytes`.
+                let mut line_start = 0;
                 loop {
                     let buf = input.fill_buf()?;
                     if buf.is_empty() {
@@ -504,9 +546,24 @@ pub fn classify_stream<R: BufRead, W: Write + Send, P: Write + Send>(
                         // Full: only the rest of the last line.
                         memchr::memchr(b'\n', buf).map_or(buf.len(), |at| at + 1)
                     };
+                    let from = bytes.len();
                     bytes.extend_from_slice(&buf[..n]);
                     drained = n == buf.len();
                     input.consume(n);
+                    if let Some(at) = memchr::memrchr(b'\n', &bytes[from..]) {
+                        line_start = from + at + 1;
+                    }
+                    if bytes.len() - line_start > max_line {
+                        // Too long to hold: skip to its end, leave an
+                        // empty line in its place (numbering stays right)
+                        // and say which one it was.
+                        bytes.truncate(line_start);
+                        skip_line(&mut input)?;
+                        drained = false;
+                        long_lines.push(memchr::memchr_iter(b'\n', &bytes).count() as u64);
+                        bytes.push(b'\n');
+                        line_start = bytes.len();
+                    }
                     if bytes.last() == Some(&b'\n') {
                         if bytes.len() >= CHUNK_BYTES {
                             break;
@@ -526,6 +583,7 @@ pub fn classify_stream<R: BufRead, W: Write + Send, P: Write + Send>(
                     first_line,
                     bytes,
                     paused,
+                    long_lines,
                 };
                 seq += 1;
                 if work_tx.send(chunk).is_err() {
@@ -550,6 +608,8 @@ struct LineContext<'a> {
     scratch: &'a mut Scratch,
     body_text: &'a mut String,
     explain: bool,
+    /// Longer lines were not read (see [`MAX_LINE_BYTES`]).
+    max_line: usize,
 }
 
 /// Each possible verdict's output line up to its optional fields,
@@ -639,6 +699,23 @@ fn classify_chunk(cx: &mut LineContext, chunk: &Chunk) -> Classified {
         let end = memchr::memchr(b'\n', &bytes[start..]).map_or(bytes.len(), |at| start + at + 1);
         let line = trim_line(&bytes[start..end]);
         start = end;
+        if chunk.long_lines.contains(&i) {
+            done.lines += 1;
+            done.bad += 1;
+            let line = ErrorLine {
+                line: chunk.first_line + i,
+                reason: None,
+                rule: None,
+                failover: None,
+                error: match cx.max_line {
+                    n if n >= 1 << 20 => format!("line is longer than {} MiB; not read", n >> 20),
+                    n => format!("line is longer than {n} bytes; not read"),
+                },
+            };
+            serde_json::to_writer(&mut done.out, &line).expect("writing to a Vec cannot fail");
+            done.out.push(b'\n');
+            continue;
+        }
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
@@ -681,6 +758,7 @@ fn classify_line(cx: &mut LineContext, line: &[u8], out: &mut Vec<u8>) -> Result
         scratch,
         body_text,
         explain,
+        ..
     } = cx;
     let engine: &Engine = engine;
     // A byte-order mark may open a file written on Windows.
@@ -882,6 +960,39 @@ mod tests {
             let stats = stream.join().unwrap().unwrap();
             assert_eq!(stats.lines, 2);
         });
+    }
+
+    /// A line longer than the limit is not held in memory: it gets an
+    /// error line with its number and the lines around it are classified
+    /// (here with a 1 KiB limit; the command's is 64 MiB).
+    #[test]
+    fn overlong_lines_are_skipped_with_an_error() {
+        let engine = Engine::builtin();
+        let long = format!("{{\"message\": \"{}\"}}\n", "x".repeat(5_000));
+        let mut input = String::from("{\"message\": \"Too many requests\", \"status\": 429}\n");
+        input.push_str(&long);
+        input.push_str("{\"message\": \"insufficient credits\"}\n");
+        input.push_str(&long[..long.len() - 1]); // the last line, with no line break
+        let mut out = Vec::new();
+        // Reads of 256 bytes, as a file read in blocks smaller than the limit.
+        let reader = BufReader::with_capacity(256, input.as_bytes());
+        let stats = classify_stream_within(&engine, reader, &mut out, false, None::<Vec<u8>>, 1024)
+            .unwrap();
+        let lines: Vec<Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!((stats.lines, stats.bad), (4, 2));
+        assert_eq!(lines.len(), 4);
+        assert_eq!(lines[0]["reason"], "rate_limit");
+        assert_eq!(lines[1]["line"], 2);
+        assert_eq!(
+            lines[1]["error"],
+            "line is longer than 1024 bytes; not read"
+        );
+        assert_eq!(lines[2]["reason"], "billing");
+        assert_eq!(lines[3]["line"], 4);
     }
 
     #[test]
