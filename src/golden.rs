@@ -90,6 +90,12 @@ pub struct CaseFile {
 
 /// Parses a cases file; errors name the file and, where known, the line.
 pub fn parse_cases(name: &str, text: &str) -> Result<CaseFile, String> {
+    if let Err((line, col)) = crate::config::yaml_flow_depth_ok(text) {
+        return Err(format!(
+            "{name}:{line}:{col}: `[` / `{{` nested more than {} deep",
+            crate::config::YAML_MAX_FLOW_DEPTH
+        ));
+    }
     let cases: Vec<Case> = serde_yaml::from_str(text).map_err(|e| {
         let at = e
             .location()
@@ -456,6 +462,16 @@ pub fn render_case_table(report: &Report, file: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deeply_nested_cases_are_refused_up_front() {
+        let text = format!(
+            "- {{message: x, expect: timeout, body: {}}}\n",
+            "[".repeat(100_000)
+        );
+        let err = parse_cases("c.yaml", &text).unwrap_err();
+        assert_eq!(err, "c.yaml:1:102: `[` / `{` nested more than 64 deep");
+    }
 
     #[test]
     fn a_case_status_must_be_an_http_status() {

@@ -293,6 +293,13 @@ pub fn simulate_file(path: &Path, engine: Arc<Engine>) -> Result<Report, Scenari
             crate::load::plain_io(&e)
         ))
     })?;
+    if let Err((line, col)) = crate::config::yaml_flow_depth_ok(&text) {
+        return Err(bad(format!(
+            "`{}`:{line}:{col}: `[` / `{{` nested more than {} deep",
+            path.display(),
+            crate::config::YAML_MAX_FLOW_DEPTH
+        )));
+    }
     let scenario: Scenario =
         serde_yaml::from_str(&text).map_err(|e| bad(format!("`{}`: {e}", path.display())))?;
     let name = path
