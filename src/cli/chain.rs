@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 
 use super::{CmdResult, RulesArgs};
-use crate::config::{render_problems, GatewayConfig};
+use crate::config::GatewayConfig;
 use crate::diag::render_all;
 use crate::diag::MAX_COLUMN;
 use crate::load::{self, UsageError};
@@ -90,28 +90,18 @@ pub fn run(args: &ChainArgs) -> CmdResult {
             return Ok(1);
         }
     };
-    let loaded = match GatewayConfig::load(&args.config) {
+    let config = match super::load_config(&args.config) {
         Ok(c) => c,
-        Err(e) => {
-            eprint!("{e}");
-            return Ok(2);
-        }
+        Err(code) => return Ok(code),
     };
-    if !loaded.warnings.is_empty() {
-        eprint!(
-            "{}",
-            render_problems(&loaded.warnings, &loaded.name, &loaded.text)
-        );
-    }
     for note in precedence_notes(args) {
         eprintln!("note: {note}");
     }
-    let chain =
-        build_chain(&loaded.config, &policies, &request).map_err(|e| UsageError(e.to_string()))?;
+    let chain = build_chain(&config, &policies, &request).map_err(|e| UsageError(e.to_string()))?;
     if args.json {
         println!("{}", json_line(&chain));
     } else {
-        print!("{}", human(&chain, args, &loaded.config));
+        print!("{}", human(&chain, args, &config));
     }
     Ok(0)
 }

@@ -699,29 +699,21 @@ fn classify_chunk(cx: &mut LineContext, chunk: &Chunk) -> Classified {
         let end = memchr::memchr(b'\n', &bytes[start..]).map_or(bytes.len(), |at| start + at + 1);
         let line = trim_line(&bytes[start..end]);
         start = end;
-        if chunk.long_lines.contains(&i) {
-            done.lines += 1;
-            done.bad += 1;
-            let line = ErrorLine {
-                line: chunk.first_line + i,
-                reason: None,
-                rule: None,
-                failover: None,
-                error: match cx.max_line {
-                    n if n >= 1 << 20 => format!("line is longer than {} MiB; not read", n >> 20),
-                    n => format!("line is longer than {n} bytes; not read"),
-                },
-            };
-            serde_json::to_writer(&mut done.out, &line).expect("writing to a Vec cannot fail");
-            done.out.push(b'\n');
-            continue;
-        }
-        if line.iter().all(u8::is_ascii_whitespace) {
+        let long = chunk.long_lines.contains(&i);
+        if !long && line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
         done.lines += 1;
         let mark = done.out.len();
-        match classify_line(cx, line, &mut done.out) {
+        let result = if long {
+            Err(match cx.max_line {
+                n if n >= 1 << 20 => format!("line is longer than {} MiB; not read", n >> 20),
+                n => format!("line is longer than {n} bytes; not read"),
+            })
+        } else {
+            classify_line(cx, line, &mut done.out)
+        };
+        match result {
             Ok(reason) => done.per_reason[reason] += 1,
             Err(error) => {
                 done.out.truncate(mark);

@@ -97,3 +97,23 @@ pub fn load_engine(rules: &RulesArgs) -> Result<Result<Engine, i32>, UsageError>
         }
     }
 }
+
+/// Loads the gateway config of a command: its warnings go to stderr; when
+/// it cannot be used, the problems go to stderr and `Err` holds the exit
+/// code (2).
+pub fn load_config(path: &std::path::Path) -> Result<crate::config::GatewayConfig, i32> {
+    let loaded = match crate::config::GatewayConfig::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprint!("{e}");
+            return Err(2);
+        }
+    };
+    if !loaded.warnings.is_empty() {
+        eprint!(
+            "{}",
+            crate::config::render_problems(&loaded.warnings, &loaded.name, &loaded.text)
+        );
+    }
+    Ok(loaded.config)
+}

@@ -10,7 +10,6 @@ use serde_json::{json, Value};
 
 use super::CmdResult;
 use crate::auth::{block_for, order_profiles, AuthRouting, Block, Excluded, ProfileOrder};
-use crate::config::{render_problems, GatewayConfig};
 use crate::load::UsageError;
 use crate::run::routing_from_config;
 use crate::store::{
@@ -69,22 +68,10 @@ pub fn run(args: &StatusArgs) -> CmdResult {
     }
     let routing = match &args.config {
         None => AuthRouting::default(),
-        Some(path) => {
-            let loaded = match GatewayConfig::load(path) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprint!("{e}");
-                    return Ok(2);
-                }
-            };
-            if !loaded.warnings.is_empty() {
-                eprint!(
-                    "{}",
-                    render_problems(&loaded.warnings, &loaded.name, &loaded.text)
-                );
-            }
-            routing_from_config(&loaded.config).map_err(|e| UsageError(e.to_string()))?
-        }
+        Some(path) => match super::load_config(path) {
+            Ok(config) => routing_from_config(&config).map_err(|e| UsageError(e.to_string()))?,
+            Err(code) => return Ok(code),
+        },
     };
     let store = FileStore::open(&args.state, &args.agent).map_err(|e| UsageError(e.to_string()))?;
     let now = args.now.unwrap_or_else(|| SystemClock.now_ms());
