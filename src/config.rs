@@ -490,11 +490,9 @@ fn parse_tree(text: &str, format: Format) -> Result<Value, Box<ConfigProblem>> {
             return Err(Box::new(p));
         }
     }
-    if let Err((line, column)) = yaml_flow_depth_ok(text) {
-        let mut p = ConfigProblem::whole_file(format!(
-            "invalid YAML: `[` / `{{` nested more than {YAML_MAX_FLOW_DEPTH} deep"
-        ));
-        (p.line, p.column) = (Some(line), Some(column));
+    if let Err(deep) = yaml_flow_depth_ok(text) {
+        let mut p = ConfigProblem::whole_file(format!("invalid YAML: {deep}"));
+        (p.line, p.column) = (Some(deep.line), Some(deep.column));
         return Err(Box::new(p));
     }
     serde_yaml::from_str::<Value>(text).map_err(|e| {
@@ -1512,15 +1510,28 @@ fn key_text(k: &Value) -> Option<&str> {
 /// scan that takes quadratic time (300,000 `[` ran for minutes).
 pub const YAML_MAX_FLOW_DEPTH: usize = 64;
 
+/// YAML nested deeper than [`YAML_MAX_FLOW_DEPTH`]: where (1-based) the
+/// bracket that goes past it stands.
+#[derive(Debug, PartialEq, Eq)]
+pub struct YamlTooDeep {
+    pub line: usize,
+    pub column: usize,
+}
+
+impl std::fmt::Display for YamlTooDeep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`[` / `{{` nested more than {YAML_MAX_FLOW_DEPTH} deep")
+    }
+}
+
 /// Checks, in one pass, that flow collections (`[`, `{`) outside quoted
-/// scalars and comments nest at most [`YAML_MAX_FLOW_DEPTH`] deep; on
-/// failure, the 1-based line and column of the bracket that goes past it.
-pub fn yaml_flow_depth_ok(text: &str) -> Result<(), (usize, usize)> {
+/// scalars and comments nest at most [`YAML_MAX_FLOW_DEPTH`] deep.
+pub fn yaml_flow_depth_ok(text: &str) -> Result<(), YamlTooDeep> {
     let (mut depth, mut line, mut col) = (0usize, 1usize, 0usize);
     let mut quote: Option<char> = None;
     let mut comment = false;
     let mut prev = '\n';
-    let mut chars = text.chars().peekable();
+    let mut chars = text.chars();
     while let Some(c) = chars.next() {
         col += 1;
         if c == '\n' {
@@ -1540,7 +1551,7 @@ pub fn yaml_flow_depth_ok(text: &str) -> Result<(), (usize, usize)> {
             (None, '[' | '{') => {
                 depth += 1;
                 if depth > YAML_MAX_FLOW_DEPTH {
-                    return Err((line, col));
+                    return Err(YamlTooDeep { line, column: col });
                 }
             }
             (None, ']' | '}') => depth = depth.saturating_sub(1),
@@ -1740,7 +1751,13 @@ mod tests {
         let ok = format!("a: {}{}", "[".repeat(64), "]".repeat(64));
         assert_eq!(yaml_flow_depth_ok(&ok), Ok(()));
         let deep = format!("x: 1\na: {}", "[".repeat(65));
-        assert_eq!(yaml_flow_depth_ok(&deep), Err((2, 68)));
+        assert_eq!(
+            yaml_flow_depth_ok(&deep),
+            Err(YamlTooDeep {
+                line: 2,
+                column: 68
+            })
+        );
         let quoted = format!(
             "a: \"{}\"\nb: '{}'\nc: 1 # {}\nd: \"\\\"{}\"",
             "[".repeat(100),

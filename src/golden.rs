@@ -90,11 +90,8 @@ pub struct CaseFile {
 
 /// Parses a cases file; errors name the file and, where known, the line.
 pub fn parse_cases(name: &str, text: &str) -> Result<CaseFile, String> {
-    if let Err((line, col)) = crate::config::yaml_flow_depth_ok(text) {
-        return Err(format!(
-            "{name}:{line}:{col}: `[` / `{{` nested more than {} deep",
-            crate::config::YAML_MAX_FLOW_DEPTH
-        ));
+    if let Err(deep) = crate::config::yaml_flow_depth_ok(text) {
+        return Err(format!("{name}:{}:{}: {deep}", deep.line, deep.column));
     }
     let cases: Vec<Case> = serde_yaml::from_str(text).map_err(|e| {
         let at = e

@@ -197,15 +197,12 @@ pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
 /// (editors on Windows write one); invalid UTF-8 is an error.
 pub fn read_regular_text(path: &Path) -> std::io::Result<String> {
     let mut bytes = read_regular(path)?;
-    if bytes.starts_with(UTF8_BOM) {
-        bytes.drain(..UTF8_BOM.len());
+    if bytes.starts_with(crate::syntax::UTF8_BOM) {
+        bytes.drain(..crate::syntax::UTF8_BOM.len());
     }
     String::from_utf8(bytes)
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not valid UTF-8"))
 }
-
-/// The UTF-8 byte-order mark.
-pub const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// An I/O error in plain words, without Rust's `(os error 2)` suffix.
 pub fn plain_io(e: &std::io::Error) -> String {

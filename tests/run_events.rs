@@ -9,25 +9,7 @@ mod run_common;
 
 use std::sync::{Arc, Mutex};
 
-use failover::run::RunRequest;
 use run_common::*;
-
-const BASIC: &str = "
-agents:
-  defaults:
-    model:
-      primary: anthropic/claude
-      fallbacks: [openai/gpt]
-";
-
-const KEYS: &[(&str, &str)] = &[
-    ("anthropic:default", "sk-ant-SECRET-0001"),
-    ("openai:default", "sk-oai-SECRET-0002"),
-];
-
-fn req() -> RunRequest {
-    RunRequest::session("s1")
-}
 
 /// A `tracing` writer into a shared buffer.
 #[derive(Clone, Default)]

@@ -13,32 +13,6 @@ use failover::run::{
 use failover::store::{StoreExt, MINUTE_MS};
 use run_common::*;
 
-const BASIC: &str = "
-agents:
-  defaults:
-    model:
-      primary: anthropic/claude
-      fallbacks: [openai/gpt]
-";
-
-const THREE: &str = "
-agents:
-  defaults:
-    model:
-      primary: anthropic/claude
-      fallbacks: [openai/gpt, google/gemini]
-";
-
-const KEYS: &[(&str, &str)] = &[
-    ("anthropic:default", "sk-ant-SECRET-0001"),
-    ("openai:default", "sk-oai-SECRET-0002"),
-    ("google:default", "gk-SECRET-0003"),
-];
-
-fn req() -> RunRequest {
-    RunRequest::session("s1")
-}
-
 fn advance(ms: u64) -> impl std::future::Future<Output = ()> {
     tokio::time::advance(Duration::from_millis(ms))
 }

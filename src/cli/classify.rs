@@ -413,7 +413,7 @@ pub fn classify_stream<R: BufRead, W: Write + Send, P: Write + Send>(
 /// [`classify_stream`] with lines longer than `max_line` bytes skipped
 /// (each gets an error line). The check runs on the line being read, so
 /// it is exact when `max_line` is larger than one read of `input` (the
-/// command reads 64 KiB at a time); memory holds at most one such line.
+/// command reads 64 KiB at a time); no line longer than that is held.
 fn classify_stream_within<R: BufRead, W: Write + Send, P: Write + Send>(
     engine: &Engine,
     mut input: R,
@@ -657,19 +657,7 @@ impl OutputHeads {
         };
         out.extend_from_slice(head);
         if let Some(s) = c.status {
-            out.extend_from_slice(b",\"status\":");
-            let mut digits = [0u8; 5];
-            let mut n = s as usize;
-            let mut at = digits.len();
-            loop {
-                at -= 1;
-                digits[at] = b'0' + (n % 10) as u8;
-                n /= 10;
-                if n == 0 {
-                    break;
-                }
-            }
-            out.extend_from_slice(&digits[at..]);
+            let _ = write!(out, ",\"status\":{s}");
         }
         if c.truncated {
             out.extend_from_slice(b",\"truncated\":true");
@@ -754,7 +742,7 @@ fn classify_line(cx: &mut LineContext, line: &[u8], out: &mut Vec<u8>) -> Result
     } = cx;
     let engine: &Engine = engine;
     // A byte-order mark may open a file written on Windows.
-    let line = line.strip_prefix(crate::load::UTF8_BOM).unwrap_or(line);
+    let line = line.strip_prefix(crate::syntax::UTF8_BOM).unwrap_or(line);
     let text = std::str::from_utf8(line).map_err(|e| {
         format!(
             "line is not valid UTF-8 (first bad byte at column {})",

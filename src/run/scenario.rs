@@ -293,11 +293,12 @@ pub fn simulate_file(path: &Path, engine: Arc<Engine>) -> Result<Report, Scenari
             crate::load::plain_io(&e)
         ))
     })?;
-    if let Err((line, col)) = crate::config::yaml_flow_depth_ok(&text) {
+    if let Err(deep) = crate::config::yaml_flow_depth_ok(&text) {
         return Err(bad(format!(
-            "`{}`:{line}:{col}: `[` / `{{` nested more than {} deep",
+            "`{}`:{}:{}: {deep}",
             path.display(),
-            crate::config::YAML_MAX_FLOW_DEPTH
+            deep.line,
+            deep.column
         )));
     }
     let scenario: Scenario =

@@ -19,7 +19,7 @@ use pest::error::{ErrorVariant, InputLocation};
 use pest::iterators::Pair;
 use pest::Parser as _;
 
-pub use source::{display_name, FileId, SourceFile, SourceMap, Span, MAX_FILE_BYTES};
+pub use source::{display_name, FileId, SourceFile, SourceMap, Span, MAX_FILE_BYTES, UTF8_BOM};
 
 use crate::diag::{did_you_mean, Code, Diagnostic};
 use ast::*;

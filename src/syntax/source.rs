@@ -30,6 +30,9 @@ pub struct Span {
 /// mistake (a log pasted in, a binary), not 40,000 rules.
 pub const MAX_FILE_BYTES: usize = 4 * 1024 * 1024;
 
+/// The UTF-8 byte-order mark, which editors on Windows put before a file.
+pub const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
 /// One rules file's name (as shown to the operator) and text.
 #[derive(Debug)]
 pub struct SourceFile {
@@ -123,8 +126,8 @@ impl SourceMap {
         // A UTF-8 byte-order mark (editors on Windows write one) is not
         // part of the text: positions count from after it.
         let mut bytes = bytes;
-        if bytes.starts_with(b"\xEF\xBB\xBF") {
-            bytes.drain(..3);
+        if bytes.starts_with(UTF8_BOM) {
+            bytes.drain(..UTF8_BOM.len());
         }
         if bytes.len() > MAX_FILE_BYTES {
             let size = bytes.len();

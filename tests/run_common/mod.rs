@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use failover::config::{Format, GatewayConfig};
 use failover::run::{
-    Attempt, AttemptError, MemoryStore, ProviderFailure, Runner, TokioClock, TokioSleeper,
+    Attempt, AttemptError, MemoryStore, ProviderFailure, RunRequest, Runner, TokioClock,
+    TokioSleeper,
 };
 use failover::store::{AuthProfiles, Profile, SessionEntry, Store};
 use failover::Engine;
@@ -142,4 +143,34 @@ impl Script {
     ) -> impl FnMut(Attempt) -> std::future::Ready<Result<String, AttemptError>> + '_ {
         move |a| std::future::ready(self.answer(&a))
     }
+}
+
+/// A primary and one fallback.
+pub const BASIC: &str = "
+agents:
+  defaults:
+    model:
+      primary: anthropic/claude
+      fallbacks: [openai/gpt]
+";
+
+/// A primary and two fallbacks.
+pub const THREE: &str = "
+agents:
+  defaults:
+    model:
+      primary: anthropic/claude
+      fallbacks: [openai/gpt, google/gemini]
+";
+
+/// One API key per provider of `THREE` (fake secrets).
+pub const KEYS: &[(&str, &str)] = &[
+    ("anthropic:default", "sk-ant-SECRET-0001"),
+    ("openai:default", "sk-oai-SECRET-0002"),
+    ("google:default", "gk-SECRET-0003"),
+];
+
+/// A request of session `s1`.
+pub fn req() -> RunRequest {
+    RunRequest::session("s1")
 }
