@@ -27,6 +27,7 @@ pub mod cli;
 pub mod compile;
 pub mod config;
 pub mod diag;
+pub mod field;
 pub mod golden;
 pub mod load;
 pub mod policy;

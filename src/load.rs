@@ -109,6 +109,31 @@ pub const DEFAULT_CASES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The field corpus the default ruleset is measured on (`tests/field/`,
+/// see [`crate::field`]), (path, text).
+pub const DEFAULT_FIELD: &[(&str, &str)] = &[
+    (
+        "tests/field/anthropic-bedrock-google.yaml",
+        include_str!("../tests/field/anthropic-bedrock-google.yaml"),
+    ),
+    (
+        "tests/field/china.yaml",
+        include_str!("../tests/field/china.yaml"),
+    ),
+    (
+        "tests/field/hosted.yaml",
+        include_str!("../tests/field/hosted.yaml"),
+    ),
+    (
+        "tests/field/local-transport-gateways.yaml",
+        include_str!("../tests/field/local-transport-gateways.yaml"),
+    ),
+    (
+        "tests/field/openai-azure-openrouter.yaml",
+        include_str!("../tests/field/openai-azure-openrouter.yaml"),
+    ),
+];
+
 /// A problem with the command line's inputs (exit code 2), as opposed to a
 /// problem inside a rules file (a diagnostic, exit code 1).
 #[derive(Debug)]
@@ -344,5 +369,15 @@ mod tests {
             on_disk(".cases.yaml"),
             "update DEFAULT_CASES in src/load.rs"
         );
+        let field_dir = root.join("tests/field");
+        let mut field: Vec<String> = std::fs::read_dir(&field_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".yaml"))
+            .map(|n| format!("tests/field/{n}"))
+            .collect();
+        field.sort();
+        let embedded: Vec<String> = DEFAULT_FIELD.iter().map(|(n, _)| n.to_string()).collect();
+        assert_eq!(embedded, field, "update DEFAULT_FIELD in src/load.rs");
     }
 }
