@@ -36,10 +36,6 @@ pub const DEFAULT_RULES: &[(&str, &str)] = &[
         include_str!("../rules/20-providers/cloudflare.rules"),
     ),
     (
-        "rules/20-providers/credit-429.rules",
-        include_str!("../rules/20-providers/credit-429.rules"),
-    ),
-    (
         "rules/20-providers/google.rules",
         include_str!("../rules/20-providers/google.rules"),
     ),
@@ -52,6 +48,10 @@ pub const DEFAULT_RULES: &[(&str, &str)] = &[
         include_str!("../rules/20-providers/openrouter.rules"),
     ),
     (
+        "rules/20-providers/qwen.rules",
+        include_str!("../rules/20-providers/qwen.rules"),
+    ),
+    (
         "rules/20-providers/zai.rules",
         include_str!("../rules/20-providers/zai.rules"),
     ),
@@ -60,8 +60,12 @@ pub const DEFAULT_RULES: &[(&str, &str)] = &[
         include_str!("../rules/30-billing.rules"),
     ),
     (
-        "rules/40-status.rules",
-        include_str!("../rules/40-status.rules"),
+        "rules/40-models.rules",
+        include_str!("../rules/40-models.rules"),
+    ),
+    (
+        "rules/45-access.rules",
+        include_str!("../rules/45-access.rules"),
     ),
     (
         "rules/50-codes.rules",
@@ -70,6 +74,14 @@ pub const DEFAULT_RULES: &[(&str, &str)] = &[
     (
         "rules/60-messages.rules",
         include_str!("../rules/60-messages.rules"),
+    ),
+    (
+        "rules/70-generic-codes.rules",
+        include_str!("../rules/70-generic-codes.rules"),
+    ),
+    (
+        "rules/80-status.rules",
+        include_str!("../rules/80-status.rules"),
     ),
     (
         "rules/90-fallbacks.rules",
@@ -92,8 +104,12 @@ pub const DEFAULT_CASES: &[(&str, &str)] = &[
         include_str!("../rules/30-billing.cases.yaml"),
     ),
     (
-        "rules/40-status.cases.yaml",
-        include_str!("../rules/40-status.cases.yaml"),
+        "rules/40-models.cases.yaml",
+        include_str!("../rules/40-models.cases.yaml"),
+    ),
+    (
+        "rules/45-access.cases.yaml",
+        include_str!("../rules/45-access.cases.yaml"),
     ),
     (
         "rules/50-codes.cases.yaml",
@@ -102,6 +118,14 @@ pub const DEFAULT_CASES: &[(&str, &str)] = &[
     (
         "rules/60-messages.cases.yaml",
         include_str!("../rules/60-messages.cases.yaml"),
+    ),
+    (
+        "rules/70-generic-codes.cases.yaml",
+        include_str!("../rules/70-generic-codes.cases.yaml"),
+    ),
+    (
+        "rules/80-status.cases.yaml",
+        include_str!("../rules/80-status.cases.yaml"),
     ),
     (
         "rules/90-fallbacks.cases.yaml",

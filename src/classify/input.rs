@@ -328,15 +328,24 @@ fn as_status(v: &Value) -> Option<u16> {
 /// A leading HTTP status in an error text: `HTTP 429: …`, `429 Too Many
 /// Requests`, `Error: 503 …`, `http 500` (REFERENCE a.4 step 1). Returns the
 /// status and the rest of the text.
+///
+/// A bare number followed by ordinary words (`402 records processed`) is
+/// not a status: without an `HTTP` or `Error:` prefix or a colon after the
+/// number, the rest must start like an error does — a capital letter, a
+/// JSON or HTML body, punctuation — or with a word of an HTTP reason
+/// phrase (`429 too many requests`).
 pub fn leading_status(text: &str) -> Option<(u16, &str)> {
     let mut s = text.trim_start();
+    let mut marked = false;
     if let Some(rest) = strip_prefix_ci(s, "error") {
         if let Some(rest) = rest.trim_start().strip_prefix(':') {
             s = rest.trim_start();
+            marked = true;
         }
     }
     if let Some(rest) = strip_prefix_ci(s, "http") {
         s = rest.trim_start();
+        marked = true;
     }
     let b = s.as_bytes();
     if b.len() < 3 || !b[..3].iter().all(u8::is_ascii_digit) {
@@ -352,8 +361,51 @@ pub fn leading_status(text: &str) -> Option<(u16, &str)> {
         return None;
     }
     let rest = rest.trim_start();
+    let colon = rest.starts_with(':');
     let rest = rest.strip_prefix(':').unwrap_or(rest).trim_start();
+    if !(marked || colon || looks_like_error_text(rest)) {
+        return None;
+    }
     Some((status, rest))
+}
+
+/// Words that start an HTTP reason phrase or an error text written in
+/// lower case after a bare status (`503 service unavailable`).
+const REASON_WORDS: &[&str] = &[
+    "bad",
+    "conflict",
+    "error",
+    "forbidden",
+    "gateway",
+    "gone",
+    "internal",
+    "not",
+    "overloaded",
+    "payment",
+    "request",
+    "service",
+    "status",
+    "too",
+    "unauthorized",
+    "unavailable",
+    "unprocessable",
+    "upstream",
+];
+
+fn looks_like_error_text(rest: &str) -> bool {
+    let Some(&first) = rest.as_bytes().first() else {
+        return true;
+    };
+    if !first.is_ascii_lowercase() {
+        // A capital, a body (`{`, `[`, `<`), a quote, punctuation or a
+        // non-ASCII letter (`503 服务器繁忙`).
+        return !first.is_ascii_digit();
+    }
+    let word = rest
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .next()
+        .unwrap_or("");
+    REASON_WORDS.contains(&word)
 }
 
 fn strip_prefix_ci<'s>(s: &'s str, prefix: &str) -> Option<&'s str> {
@@ -385,6 +437,25 @@ mod tests {
         assert_eq!(leading_status("4290 tokens"), None);
         assert_eq!(leading_status("the 429 was echoed"), None);
         assert_eq!(leading_status("999 nope"), None);
+        // Issue 11 family 7: a count at the start of ordinary text is not
+        // a status; reason phrases, bodies and marked statuses are.
+        assert_eq!(leading_status("402 records processed"), None);
+        assert_eq!(leading_status("500 tokens were generated"), None);
+        assert_eq!(
+            leading_status("429 too many requests"),
+            Some((429, "too many requests"))
+        );
+        assert_eq!(
+            leading_status("503 - 服务器繁忙"),
+            Some((503, "- 服务器繁忙"))
+        );
+        assert_eq!(
+            leading_status("400 {\"error\":1}"),
+            Some((400, "{\"error\":1}"))
+        );
+        assert_eq!(leading_status("402: records"), Some((402, "records")));
+        assert_eq!(leading_status("HTTP 402 records"), Some((402, "records")));
+        assert_eq!(leading_status("500"), Some((500, "")));
     }
 
     /// The fast path reads exactly what the tree path reads, or declines.

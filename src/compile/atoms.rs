@@ -430,7 +430,10 @@ fn analyze(hir: &Hir) -> Info {
                     n
                 })
                 .collect();
-            let required = union(infos.into_iter().map(|i| best(i.required, i.exact)));
+            let required = union_up_to(
+                infos.into_iter().map(|i| best(i.required, i.exact)),
+                MAX_REQUIRED_SET,
+            );
             let product: usize = necessary.iter().map(Vec::len).product();
             let all = if product > 1 && product <= MAX_GATE_PRODUCT {
                 let mut picks: Vec<Vec<Vec<u8>>> = vec![Vec::new()];
@@ -513,10 +516,23 @@ fn best(a: Option<Vec<Vec<u8>>>, b: Option<Vec<Vec<u8>>>) -> Option<Vec<Vec<u8>>
 }
 
 fn union(sets: impl Iterator<Item = Option<Vec<Vec<u8>>>>) -> Option<Vec<Vec<u8>>> {
+    union_up_to(sets, MAX_EXACT_SET)
+}
+
+/// An alternation's required literals are the union of its branches'
+/// (one of them occurs in every match). Unlike exact sets they never
+/// multiply, so a long alternation of wordings (a family of provider
+/// texts) keeps its atoms up to this many, each one scan entry.
+const MAX_REQUIRED_SET: usize = 512;
+
+fn union_up_to(
+    sets: impl Iterator<Item = Option<Vec<Vec<u8>>>>,
+    limit: usize,
+) -> Option<Vec<Vec<u8>>> {
     let mut all = Vec::new();
     for s in sets {
         all.extend(s?);
-        if all.len() > MAX_EXACT_SET {
+        if all.len() > limit {
             return None;
         }
     }
