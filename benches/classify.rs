@@ -102,5 +102,54 @@ fn compile(c: &mut Criterion) {
     group.finish();
 }
 
+/// Per-message cost: each message of the corpus timed alone (the best of
+/// `PASSES` runs, so one preemption does not count), reported as p50, p99
+/// and max with the slowest message. No message should cost more than
+/// about ten times the median (issue 11: a Unicode `\b` once sent any
+/// message with a non-ASCII character to the slowest regex engine, 57×).
+/// `FAILOVER_BENCH_RULES=DIR` measures that ruleset too, without the
+/// defaults, on the same corpus (a before/after of a rules change).
+fn latency() {
+    const PASSES: usize = 20;
+    let samples = corpus::corpus(CORPUS, 0x5eed);
+    let mut engines = vec![("defaults".to_string(), engine_with(0))];
+    if let Ok(dir) = std::env::var("FAILOVER_BENCH_RULES") {
+        let build = failover::load::build(&[dir.clone().into()], false).expect("rules dir");
+        let engine = Engine::from_build(build).expect("rules compile");
+        engines.push((dir, engine));
+    }
+    for (name, engine) in &engines {
+        let mut scratch = Scratch::default();
+        let mut best = vec![u128::MAX; samples.len()];
+        for _ in 0..PASSES {
+            for (i, s) in samples.iter().enumerate() {
+                let t = std::time::Instant::now();
+                std::hint::black_box(engine.classify_with(&s.as_error(), &mut scratch));
+                best[i] = best[i].min(t.elapsed().as_nanos());
+            }
+        }
+        let mut sorted = best.clone();
+        sorted.sort_unstable();
+        let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q) as usize];
+        let worst = (0..best.len()).max_by_key(|&i| best[i]).unwrap();
+        let mean = best.iter().sum::<u128>() as f64 / best.len() as f64;
+        eprintln!(
+            "latency {name}: mean {mean:.0} ns, p50 {} ns, p99 {} ns, max {} ns ({:.1}x p50): {:?}",
+            at(0.5),
+            at(0.99),
+            sorted[sorted.len() - 1],
+            sorted[sorted.len() - 1] as f64 / at(0.5) as f64,
+            samples[worst].message.chars().take(100).collect::<String>()
+        );
+    }
+}
+
 criterion_group!(benches, classify, compile);
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    if std::env::args().all(|a| a != "--list") {
+        latency();
+    }
+}

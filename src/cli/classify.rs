@@ -149,6 +149,23 @@ fn classify_one(engine: &Engine, args: &ClassifyArgs) -> i32 {
     0
 }
 
+/// The comment block written just above a rule (its meaning, SPEC ids and
+/// sources), without the `#`s; blank lines end it.
+fn rule_comment(file: &crate::syntax::SourceFile, rule_line: u32) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut n = rule_line;
+    while n > 1 {
+        n -= 1;
+        let text = file.line_text(n).trim();
+        match text.strip_prefix('#') {
+            Some(c) if !text.starts_with("# ──") => lines.push(format!("# {}", c.trim())),
+            _ => break,
+        }
+    }
+    lines.reverse();
+    lines
+}
+
 /// A readable account of one classification.
 pub fn render_explanation(engine: &Engine, c: &Classification, ex: &Explanation) -> String {
     use std::fmt::Write as _;
@@ -160,6 +177,9 @@ pub fn render_explanation(engine: &Engine, c: &Classification, ex: &Explanation)
         Some(i) => {
             let r = &rs.rules[i as usize];
             let _ = writeln!(out, "rule:     {} at {}", r.id, sources.location(r.span));
+            for line in rule_comment(sources.get(r.span.file), r.span.line) {
+                let _ = writeln!(out, "          {line}");
+            }
         }
         None => {
             let _ = writeln!(
