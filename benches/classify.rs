@@ -4,7 +4,7 @@
 //! exhaustive (this engine's verifiers on every rule, no automaton); scaling with +1,000 and +10,000 operator rules; compile
 //! time. Results and analysis: `benches/README.md`.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use failover::classify::Scratch;
 use failover::load::build_layers;
 use failover::Engine;
