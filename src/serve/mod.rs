@@ -728,6 +728,9 @@ pub struct Running {
 
 /// Binds and starts serving. `Err` holds diagnostics or the bind error.
 pub async fn start(opts: Options) -> Result<Running, String> {
+    // The watcher's first look is taken before the set is read, so a
+    // change made while it is built is not missed.
+    let first_look = state::off_runtime(|| reload::fingerprint(&opts.sources));
     let gateway = state::off_runtime(|| Gateway::new(opts.sources.clone()))?;
     let listener = tokio::net::TcpListener::bind(&opts.listen)
         .await
@@ -748,10 +751,7 @@ pub async fn start(opts: Options) -> Result<Running, String> {
         let gw = gateway.clone();
         tokio::spawn(async move {
             let sources = gw.sources.clone();
-            let s = sources.clone();
-            let mut last = tokio::task::spawn_blocking(move || reload::fingerprint(&s))
-                .await
-                .unwrap_or_default();
+            let mut last = first_look;
             loop {
                 tokio::time::sleep(WATCH_INTERVAL).await;
                 let s = sources.clone();

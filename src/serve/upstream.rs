@@ -237,8 +237,12 @@ pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
             .filter(|w| !w.is_zero())
             .map(|w| input.now_ms.saturating_add(w.as_millis() as u64));
         let text = String::from_utf8_lossy(&head).into_owned();
+        // The body's own message, when it has one, makes the summary
+        // readable; the classifier reads it from the body either way.
+        let message = super::protocol::upstream_message(&text).map(|(m, _)| m);
         return Err(AttemptError::Provider(ProviderFailure {
             status: Some(status),
+            message,
             body: (!text.trim().is_empty()).then_some(text),
             reset_at,
             ..Default::default()
