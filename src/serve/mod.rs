@@ -131,6 +131,11 @@ impl Gateway {
             .clone()
     }
 
+    /// Requests holding a permit now (in flight, streams included).
+    pub fn in_flight(&self) -> usize {
+        self.max_concurrent - self.limit.available_permits()
+    }
+
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }
@@ -425,13 +430,17 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
             .get(&agent)
             .cloned()
             .ok_or_else(|| GatewayError::new(404, "unknown agent"))?;
+        let waited = AtomicU64::new(0);
         let out = ANONYMOUS
-            .scope(anonymous, run(&gw, &set, &runner, &req, &run_req, &headers))
+            .scope(
+                anonymous,
+                run(&gw, &set, &runner, &req, &run_req, &headers, &waited),
+            )
             .await;
-        Ok((req, runner, out))
+        Ok((req, runner, out, waited.load(Ordering::Relaxed)))
     }
     .await;
-    let (req, runner, out) = match result {
+    let (req, runner, out, waited_us) = match result {
         Ok(x) => x,
         Err(e) => {
             gw.metrics.request(protocol.name(), "rejected");
@@ -453,7 +462,13 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
             }
             gw.metrics.request(protocol.name(), "ok");
             log_request(protocol, 200, Some(&o.model_ref()), o.attempts.len(), t0);
-            success(&gw, &set, protocol, &req, runner, o, permit)
+            let mut resp = success(&gw, &set, protocol, &req, runner, o, permit);
+            // Time inside the gateway before the response head, without
+            // the waits on upstreams (LiteLLM's overhead header, in µs).
+            let own = (t0.elapsed().as_micros() as u64).saturating_sub(waited_us);
+            resp.headers_mut()
+                .insert("x-failover-overhead-us", HeaderValue::from(own));
+            resp
         }
         Err(e) => {
             let ge = run_error(&set, &runner, e);
@@ -514,6 +529,7 @@ async fn run(
     req: &ClientRequest,
     run_req: &RunRequest,
     headers: &HeaderMap,
+    waited_us: &AtomicU64,
 ) -> Result<RunOutput<Done>, RunError> {
     let anthropic_headers: Vec<(HeaderName, HeaderValue)> = if req.protocol == Protocol::Anthropic {
         ["anthropic-version", "anthropic-beta"]
@@ -552,6 +568,7 @@ async fn run(
                     AttemptError::Skip(format!("no client for upstream `{}`", up.id))
                 })?;
                 let profile = attempt.profile_id.as_deref().zip(attempt.profile.as_ref());
+                let called = Instant::now();
                 let answer = upstream::call(CallInput {
                     client,
                     upstream: up,
@@ -566,8 +583,9 @@ async fn run(
                     metrics: &gw.metrics,
                     now_ms: runner.now_ms(),
                 })
-                .await?;
-                Ok(match answer {
+                .await;
+                waited_us.fetch_add(called.elapsed().as_micros() as u64, Ordering::Relaxed);
+                Ok(match answer? {
                     Answer::Whole(v) => Done::Whole(translate::response(up_proto, req.protocol, v)),
                     Answer::Stream(started) => Done::Stream {
                         started,
