@@ -33,6 +33,8 @@ async fn r7_429_with_retry_after_falls_back() {
         Some("back:default")
     );
     assert_eq!(r.header("x-failover-attempts").as_deref(), Some("2"));
+    let own: u64 = r.header("x-failover-overhead-us").unwrap().parse().unwrap();
+    assert!(own < 5_000_000);
     assert_eq!(
         r.header("x-failover-notice").as_deref(),
         Some("↪️ Model Fallback: back/model-b (selected prim/model-a; rate limit)")

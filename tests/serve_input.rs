@@ -150,6 +150,34 @@ async fn r11_4_client_disconnect_cancels_upstream_and_rolls_back() {
     gw.stop().await;
 }
 
+// Issue 12 "Bad input": a client that goes away in the middle of a stream
+// closes the upstream's stream too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_mid_stream_cancels_upstream() {
+    let gw = Gw::start("disconnect-stream", Setup::default()).await;
+    gw.prim
+        .push(Reply::Sse(openai_events(&["Hel"]), Tail::Hang));
+    let mut body = chat("prim/model-a");
+    body["stream"] = json!(true);
+    let mut r = gw
+        .http
+        .post(gw.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let first = r.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("Hel"));
+    drop(r);
+    eventually("the upstream stream to be closed", || {
+        gw.prim.cancelled() == 1
+    })
+    .await;
+    let gateway = gw.running.as_ref().unwrap().gateway.clone();
+    eventually("the permit to be returned", || gateway.in_flight() == 0).await;
+    gw.stop().await;
+}
+
 // SPEC R6.4, R11.5: with `x-session-id` the fallback is persisted as an
 // auto override and the next turn stays on it; without the header nothing
 // is persisted.

@@ -178,7 +178,7 @@ impl Drop for CancelGuard {
     }
 }
 
-fn build(reply: Reply) -> Response {
+fn build(reply: Reply, st: &Arc<MockState>) -> Response {
     match reply {
         Reply::Http {
             status,
@@ -211,7 +211,17 @@ fn build(reply: Reply) -> Response {
                         Err(std::io::Error::other("cut"))
                     })
                     .boxed(),
-                    Tail::Hang => futures_util::stream::pending().boxed(),
+                    Tail::Hang => {
+                        // Dropped only when the gateway closes the
+                        // connection: counted as a cancellation.
+                        let guard = CancelGuard(st.clone(), false);
+                        futures_util::stream::pending()
+                            .map(move |x| {
+                                let _ = &guard;
+                                x
+                            })
+                            .boxed()
+                    }
                 };
             Response::builder()
                 .status(200)
@@ -262,7 +272,7 @@ impl Mock {
                     }
                     guard.1 = true;
                     let _ = StatusCode::OK;
-                    build(reply)
+                    build(reply, &st)
                 }
             },
         );
