@@ -500,3 +500,50 @@ async fn upstream_headers_are_not_copied() {
     }
     gw.stop().await;
 }
+
+// Issue 12 item 5, streaming: an OpenAI client streaming from an Anthropic
+// upstream gets OpenAI chunks, usage included when it asked for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_client_streams_from_an_anthropic_upstream() {
+    let gw = Gw::start(
+        "stream-translate",
+        Setup {
+            prim_api: "anthropic-messages",
+            ..Setup::default()
+        },
+    )
+    .await;
+    gw.prim.push(Reply::Sse(
+        anthropic_events(&["Hi", " there"], true),
+        Tail::End,
+    ));
+    let mut body = chat("prim/model-a");
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let r = gw.openai(body, None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let sent = &gw.prim.seen()[0].body;
+    assert_eq!(sent["stream"], true);
+    assert!(sent.get("stream_options").is_none(), "{sent}");
+    let chunks: Vec<serde_json::Value> = r
+        .text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "Hi there");
+    assert!(chunks
+        .iter()
+        .all(|c| c["object"] == "chat.completion.chunk"));
+    assert!(chunks
+        .iter()
+        .any(|c| c["choices"][0]["finish_reason"] == "stop"));
+    assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 2);
+    assert!(r.text.trim_end().ends_with("data: [DONE]"));
+    gw.stop().await;
+}
