@@ -4,7 +4,7 @@
 //! fall back in `.rules` files; the engine compiles them into one matcher.
 //! Read the stages in pipeline order: [`syntax`] → [`compile`] →
 //! [`classify`] → [`policy`] (with [`config`]) → [`auth`] → [`store`] →
-//! [`run`]. [`load`] finds rules files (embedded defaults, operator
+//! [`run`]; [`serve`] is the HTTP gateway around them. [`load`] finds rules files (embedded defaults, operator
 //! directories); [`diag`] renders problems; [`golden`] runs golden cases;
 //! [`cli`] is the thin command line.
 //!
@@ -32,6 +32,7 @@ pub mod golden;
 pub mod load;
 pub mod policy;
 pub mod run;
+pub mod serve;
 pub mod store;
 pub mod syntax;
 

@@ -6,6 +6,7 @@
 mod chain;
 mod check;
 pub mod classify;
+mod serve;
 mod simulate;
 mod status;
 mod test;
@@ -39,6 +40,8 @@ enum Command {
     Status(status::StatusArgs),
     /// Run the fallback executor against scripted provider outcomes on a virtual clock.
     Simulate(simulate::SimulateArgs),
+    /// Run the OpenAI- and Anthropic-compatible gateway in front of the configured upstreams.
+    Serve(serve::ServeArgs),
 }
 
 /// `--rules DIR` (repeatable) and `--no-defaults`, shared by the commands
@@ -71,6 +74,7 @@ pub fn main() -> i32 {
         Command::Chain(args) => chain::run(&args),
         Command::Status(args) => status::run(&args),
         Command::Simulate(args) => simulate::run(&args),
+        Command::Serve(args) => serve::run(&args),
     };
     match result {
         Ok(code) => code,

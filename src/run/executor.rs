@@ -688,6 +688,28 @@ impl Runner {
                             value, key, &cand, &selected, profile_id, &pin, user_owned, walk, i,
                         );
                     }
+                    Err(AttemptError::Skip(why)) => {
+                        // Nothing was sent: roll the override back (R11.4)
+                        // and move on without a mark on the profile.
+                        drop(guard);
+                        record.outcome = AttemptOutcome::Skipped;
+                        record.error = Some(scrub(&why, &secrets));
+                        walk.attempts.push(record);
+                        walk.decide(Decision {
+                            decision: DecisionKind::SkipCandidate,
+                            from_model: cand.to_string(),
+                            to_model: next.clone(),
+                            reason: None,
+                            detail: Some(cut(&scrub(&why, &secrets), DETAIL_CHARS)),
+                            position: i + 1,
+                            outcome: if next.is_some() {
+                                StepOutcome::NextFallback
+                            } else {
+                                StepOutcome::ChainExhausted
+                            },
+                        });
+                        break;
+                    }
                     Err(AttemptError::LiveSessionModelSwitch { provider, model }) => {
                         drop(guard);
                         let target = ModelRef::parse(&format!("{provider}/{model}")).ok();

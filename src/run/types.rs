@@ -127,6 +127,11 @@ pub enum AttemptError {
     /// The session's model was switched live (R11.6, REFERENCE f): the
     /// attempt was abandoned for `provider/model`.
     LiveSessionModelSwitch { provider: String, model: String },
+    /// The candidate cannot take this request at all (a gateway has no
+    /// upstream for its provider, or the request uses a feature its
+    /// protocol cannot express): it is skipped with this text as the
+    /// recorded reason, and nothing is held against its profile.
+    Skip(String),
 }
 
 impl From<ProviderFailure> for AttemptError {

@@ -1,0 +1,53 @@
+//! `failover serve`: the gateway (see [`crate::serve`]). Thin: flags to
+//! options.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{CmdResult, RulesArgs};
+use crate::load::UsageError;
+use crate::serve::{reload::Sources, Options, DEFAULT_LISTEN};
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The gateway config (YAML or JSON): agents, auth, models.providers, serve.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// The state directory (auth-profiles.json, auth-state.json, sessions).
+    #[arg(long, value_name = "DIR")]
+    pub state: PathBuf,
+    /// The address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    pub listen: String,
+    /// Reload when the config or a rules file changes (SIGHUP always reloads).
+    #[arg(long)]
+    pub watch: bool,
+    #[command(flatten)]
+    pub rules: RulesArgs,
+}
+
+pub fn run(args: &ServeArgs) -> CmdResult {
+    if !args.config.is_file() {
+        return Err(UsageError(format!(
+            "config `{}` is not a file",
+            crate::syntax::display_name(&args.config)
+        )));
+    }
+    if args.state.exists() && !args.state.is_dir() {
+        return Err(UsageError(format!(
+            "state `{}` is not a directory",
+            crate::syntax::display_name(&args.state)
+        )));
+    }
+    Ok(crate::serve::main(Options {
+        sources: Sources {
+            config: args.config.clone(),
+            state: args.state.clone(),
+            rules: args.rules.dirs.clone(),
+            no_defaults: args.rules.no_defaults,
+        },
+        listen: args.listen.clone(),
+        watch: args.watch,
+    }))
+}

@@ -1,0 +1,879 @@
+//! `failover serve`: an OpenAI- and Anthropic-compatible gateway that runs
+//! the real executor ([`Runner`]) on every request, against upstreams
+//! from the config (DESIGN "Gateway mode and state backends").
+//!
+//! One request, end to end:
+//!
+//! 1. **Admission.** A permit of the concurrency limit, or 503 with
+//!    `Retry-After` (back-pressure keeps memory bounded). The body is read
+//!    up to `serve.maxBodyBytes` (a larger `Content-Length` is refused
+//!    with 413 before a byte is read) and checked ([`protocol`]).
+//! 2. **Selection.** The request's `model` is an agent id (`agents.list`:
+//!    that agent's model and fallbacks, SPEC R3 `agent_primary`), the
+//!    configured default primary (`configured_default`: the configured
+//!    fallbacks), or another `provider/model` of a configured upstream — a
+//!    model given for this one request, the R3 one-shot override, strict
+//!    unless a rules file says otherwise (`selection cli_override => …`).
+//!    The session is `x-session-id`; without it nothing is sticky and no
+//!    override is persisted ([`state`]).
+//! 3. **The run.** The active set's runner walks the chain; each attempt
+//!    translates the request for the candidate's upstream when the
+//!    protocols differ ([`translate`]), calls it ([`upstream`]) and hands
+//!    a failure back exactly as received. A candidate without an upstream,
+//!    or one that cannot express the request, is skipped with the reason
+//!    recorded.
+//! 4. **The answer.** In the client's protocol, with `x-failover-model`,
+//!    `x-failover-profile` (an id), `x-failover-attempts` and, when there
+//!    is one, `x-failover-notice` (R13). A stream is relayed after its
+//!    first event ([`stream`]). A failure is an error in the client's
+//!    shape: a stopping reason passes the upstream's status and message; an
+//!    exhausted chain is the summary with every attempt, 429 with
+//!    `Retry-After` when every candidate is cooling, else 503.
+//!
+//! No upstream header reaches the client (responses are built from
+//! scratch), and no client credential reaches an upstream: the gateway
+//! sends the profile's. Secrets appear in no response, header, log line
+//! or metric label: error texts are the runner's scrubbed ones.
+//!
+//! The gateway has no client authentication of its own and listens on
+//! loopback by default: put it behind whatever guards your network.
+
+pub mod metrics;
+pub mod protocol;
+pub mod reload;
+pub mod state;
+pub mod stream;
+pub mod translate;
+pub mod upstream;
+pub mod upstreams;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tokio::sync::Semaphore;
+
+use crate::policy::ModelRef;
+use crate::run::{Attempt, AttemptError, AttemptOutcome, RunError, RunOutput, RunRequest, Runner};
+use crate::store::{Credential, DEFAULT_AGENT};
+
+use metrics::Metrics;
+use protocol::{parse_request, upstream_message, ClientRequest, GatewayError, Protocol};
+use reload::{ActiveSet, Sources, Stores};
+use state::{ANONYMOUS, EPHEMERAL_PREFIX};
+use upstream::{protocol_of, Answer, CallInput, Started};
+
+/// The default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+/// A request body that has not arrived whole after this long is refused
+/// (408): a slow client holds a permit and memory.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// `Retry-After` of a 503 when the gateway is saturated.
+const SATURATED_RETRY_SECS: u64 = 1;
+/// A session id longer than this is refused: it is a key in the store.
+const MAX_SESSION_ID: usize = 256;
+
+/// What `failover serve` was asked to do.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub sources: Sources,
+    pub listen: String,
+    /// Reload when the config or a rules file changes.
+    pub watch: bool,
+}
+
+/// The gateway: the active set and what outlives a reload.
+pub struct Gateway {
+    sources: Sources,
+    active: RwLock<Arc<ActiveSet>>,
+    stores: Stores,
+    metrics: Arc<Metrics>,
+    limit: Arc<Semaphore>,
+    max_concurrent: usize,
+    shutting_down: AtomicBool,
+    anonymous: AtomicU64,
+}
+
+impl Gateway {
+    /// Builds the first set; `Err` holds its diagnostics.
+    pub fn new(sources: Sources) -> Result<Arc<Gateway>, String> {
+        let stores = Stores::default();
+        let metrics = Arc::new(Metrics::new());
+        let set = reload::build(&sources, &stores, &metrics)?;
+        let max = set.settings.max_concurrent;
+        Ok(Arc::new(Gateway {
+            sources,
+            active: RwLock::new(Arc::new(set)),
+            stores,
+            metrics,
+            limit: Arc::new(Semaphore::new(max)),
+            max_concurrent: max,
+            shutting_down: AtomicBool::new(false),
+            anonymous: AtomicU64::new(0),
+        }))
+    }
+
+    /// The set new requests use.
+    pub fn active(&self) -> Arc<ActiveSet> {
+        self.active
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Requests holding a permit now (in flight, streams included).
+    pub fn in_flight(&self) -> usize {
+        self.max_concurrent - self.limit.available_permits()
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Re-reads config and rules; a set with errors is refused (logged)
+    /// and the old one keeps serving. Returns the active hash.
+    pub fn reload(&self) -> Result<String, String> {
+        let built =
+            state::off_runtime(|| reload::build(&self.sources, &self.stores, &self.metrics));
+        match built {
+            Ok(set) => {
+                let hash = set.hash.clone();
+                if set.settings.max_concurrent != self.max_concurrent {
+                    tracing::warn!(target: "failover::serve", "serve.maxConcurrentRequests changes take effect at the next start");
+                }
+                *self.active.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(set);
+                self.metrics.reload(true);
+                tracing::info!(target: "failover::serve", ruleset = %hash, "reload_ok");
+                Ok(hash)
+            }
+            Err(diagnostics) => {
+                self.metrics.reload(false);
+                let active = self.active().hash.clone();
+                tracing::error!(target: "failover::serve", active = %active, diagnostics = %diagnostics, "reload_refused");
+                Err(diagnostics)
+            }
+        }
+    }
+
+    /// The HTTP routes.
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/messages", post(messages))
+            .route("/v1/models", get(models))
+            .route("/healthz", get(|| async { "ok\n" }))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics_text))
+            .fallback(not_found)
+            .with_state(self.clone())
+    }
+}
+
+type Gw = State<Arc<Gateway>>;
+
+async fn chat_completions(State(gw): Gw, headers: HeaderMap, body: Body) -> Response {
+    handle(gw, Protocol::OpenAi, headers, body).await
+}
+
+async fn messages(State(gw): Gw, headers: HeaderMap, body: Body) -> Response {
+    handle(gw, Protocol::Anthropic, headers, body).await
+}
+
+async fn not_found() -> Response {
+    error_response(
+        Protocol::OpenAi,
+        &GatewayError::new(404, "no such endpoint: the gateway serves /v1/chat/completions, /v1/messages, /v1/models, /healthz, /readyz, /metrics"),
+    )
+}
+
+async fn models(State(gw): Gw) -> Response {
+    let set = gw.active();
+    let data: Vec<Value> = set
+        .models
+        .iter()
+        .map(|id| {
+            let owner = id.split_once('/').map_or("failover", |(p, _)| p);
+            json!({
+                "id": id, "object": "model", "type": "model", "created": 0,
+                "created_at": "1970-01-01T00:00:00Z", "owned_by": owner, "display_name": id,
+            })
+        })
+        .collect();
+    axum::Json(json!({
+        "object": "list",
+        "first_id": set.models.first(),
+        "last_id": set.models.last(),
+        "has_more": false,
+        "data": data,
+    }))
+    .into_response()
+}
+
+async fn readyz(State(gw): Gw) -> Response {
+    let set = gw.active();
+    if gw.shutting_down.load(Ordering::SeqCst) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "shutting_down", "ruleset": set.hash})),
+        )
+            .into_response();
+    }
+    axum::Json(json!({
+        "status": "ready",
+        "ruleset": set.hash,
+        "loadedAtMs": set.loaded_at_ms,
+        "upstreams": set.upstreams.providers.len(),
+    }))
+    .into_response()
+}
+
+async fn metrics_text(State(gw): Gw) -> Response {
+    let set = gw.active();
+    let cooling = state::off_runtime(|| {
+        let now = crate::store::Clock::now_ms(&crate::store::SystemClock);
+        let mut by: std::collections::BTreeMap<String, i64> = Default::default();
+        for r in set.runners.values() {
+            let Ok(st) = r.store().load_state() else {
+                continue;
+            };
+            for (id, s) in &st.usage_stats {
+                let blocked = s.cooldown_until.is_some_and(|u| u > now)
+                    || s.disabled_until.is_some_and(|u| u > now);
+                if blocked {
+                    let p = crate::store::provider_of_id(id).unwrap_or("unknown");
+                    *by.entry(p.to_ascii_lowercase()).or_default() += 1;
+                }
+            }
+        }
+        by.into_iter().collect::<Vec<_>>()
+    });
+    let text = gw.metrics.render(&cooling);
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+fn error_response(protocol: Protocol, e: &GatewayError) -> Response {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut resp = (status, axum::Json(e.body(protocol))).into_response();
+    if let Some(s) = e.retry_after {
+        resp.headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    resp
+}
+
+/// Reads a body of at most `limit` bytes.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, GatewayError> {
+    let too_large = || {
+        GatewayError::new(
+            413,
+            format!("the request body is larger than the gateway's limit of {limit} bytes (serve.maxBodyBytes)"),
+        )
+    };
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let read = async {
+        let mut body = body;
+        let mut buf: Vec<u8> = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+        while let Some(frame) = body.frame().await {
+            let frame = frame
+                .map_err(|_| GatewayError::bad_request("the request body could not be read"))?;
+            if let Ok(data) = frame.into_data() {
+                if buf.len() + data.len() > limit {
+                    return Err(too_large());
+                }
+                buf.extend_from_slice(&data);
+            }
+        }
+        Ok(Bytes::from(buf))
+    };
+    tokio::time::timeout(BODY_READ_TIMEOUT, read)
+        .await
+        .unwrap_or_else(|_| {
+            Err(GatewayError::new(
+                408,
+                format!(
+                    "the request body did not arrive within {} s",
+                    BODY_READ_TIMEOUT.as_secs()
+                ),
+            ))
+        })
+}
+
+/// What a model name selects: the runner's agent key and the request.
+fn select(set: &ActiveSet, model: &str) -> Option<(String, RunRequest)> {
+    if set.config.agents.agent(model).is_some() {
+        let agent = model.to_string();
+        return Some((
+            agent.clone(),
+            RunRequest {
+                agent: Some(agent),
+                ..Default::default()
+            },
+        ));
+    }
+    let r = ModelRef::parse(model).ok()?;
+    if set.config.agents.model.primary.as_ref() == Some(&r) {
+        return Some((DEFAULT_AGENT.into(), RunRequest::default()));
+    }
+    set.upstreams.get(r.provider())?;
+    Some((
+        DEFAULT_AGENT.into(),
+        RunRequest {
+            one_shot: Some(r),
+            ..Default::default()
+        },
+    ))
+}
+
+/// A finished attempt, in the client's protocol.
+enum Done {
+    Whole(Value),
+    Stream {
+        started: Started,
+        upstream: Protocol,
+        idle: Duration,
+        total: Duration,
+        secrets: Vec<String>,
+    },
+}
+
+fn secrets_of(attempt: &Attempt) -> Vec<String> {
+    let Some(p) = &attempt.profile else {
+        return Vec::new();
+    };
+    let list = match &p.credential {
+        Credential::ApiKey { key, .. } => vec![key.as_ref()],
+        Credential::OAuth {
+            access, refresh, ..
+        } => vec![access.as_ref(), refresh.as_ref()],
+        Credential::Token { token, .. } => vec![token.as_ref()],
+    };
+    list.into_iter()
+        .flatten()
+        .map(|s| s.expose().trim().to_string())
+        .collect()
+}
+
+async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: Body) -> Response {
+    let t0 = Instant::now();
+    let Ok(permit) = gw.limit.clone().try_acquire_owned() else {
+        gw.metrics.request(protocol.name(), "saturated");
+        let mut e = GatewayError::new(
+            503,
+            format!(
+                "the gateway is serving its limit of {} requests; retry shortly",
+                gw.max_concurrent
+            ),
+        );
+        e.retry_after = Some(SATURATED_RETRY_SECS);
+        if protocol == Protocol::Anthropic {
+            e.error_type = Some("overloaded_error".into());
+        }
+        return error_response(protocol, &e);
+    };
+    let set = gw.active();
+    let result = async {
+        let bytes = read_body(&headers, body, set.settings.max_body_bytes).await?;
+        let req = parse_request(protocol, &bytes)?;
+        drop(bytes);
+        let (agent, mut run_req) = select(&set, &req.model).ok_or_else(|| {
+            let shown: String = req.model.chars().take(120).collect();
+            GatewayError::new(
+                404,
+                format!("unknown model `{shown}`: use an agent id, the configured default, or a provider/model of a configured upstream (GET /v1/models)"),
+            )
+        })?;
+        let session = match headers.get("x-session-id") {
+            None => None,
+            Some(v) => match v.to_str() {
+                Ok(s) if !s.trim().is_empty() && s.len() <= MAX_SESSION_ID => {
+                    Some(s.trim().to_string())
+                }
+                _ => {
+                    return Err(GatewayError::bad_request(format!(
+                        "`x-session-id` must be 1 to {MAX_SESSION_ID} visible ASCII characters"
+                    )))
+                }
+            },
+        };
+        let anonymous = session.is_none();
+        run_req.session = session.unwrap_or_else(|| {
+            format!(
+                "{EPHEMERAL_PREFIX}{}",
+                gw.anonymous.fetch_add(1, Ordering::Relaxed)
+            )
+        });
+        let runner = set
+            .runners
+            .get(&agent)
+            .cloned()
+            .ok_or_else(|| GatewayError::new(404, "unknown agent"))?;
+        let waited = AtomicU64::new(0);
+        let out = ANONYMOUS
+            .scope(
+                anonymous,
+                run(&gw, &set, &runner, &req, &run_req, &headers, &waited),
+            )
+            .await;
+        Ok((req, runner, out, waited.load(Ordering::Relaxed)))
+    }
+    .await;
+    let (req, runner, out, waited_us) = match result {
+        Ok(x) => x,
+        Err(e) => {
+            gw.metrics.request(protocol.name(), "rejected");
+            log_request(protocol, e.status, None, 0, t0);
+            return error_response(protocol, &e);
+        }
+    };
+    count_attempts(
+        &gw,
+        &set,
+        out.as_ref()
+            .map(|o| &o.attempts[..])
+            .unwrap_or_else(|e| e.attempts()),
+    );
+    match out {
+        Ok(o) => {
+            if o.attempts.len() > 1 {
+                gw.metrics.fallback();
+            }
+            gw.metrics.request(protocol.name(), "ok");
+            log_request(protocol, 200, Some(&o.model_ref()), o.attempts.len(), t0);
+            let mut resp = success(&gw, &set, protocol, &req, runner, o, permit);
+            // Time inside the gateway before the response head, without
+            // the waits on upstreams (LiteLLM's overhead header, in µs).
+            let own = (t0.elapsed().as_micros() as u64).saturating_sub(waited_us);
+            resp.headers_mut()
+                .insert("x-failover-overhead-us", HeaderValue::from(own));
+            resp
+        }
+        Err(e) => {
+            let ge = run_error(&set, &runner, e);
+            gw.metrics.request(
+                protocol.name(),
+                if ge.status == 429 || ge.status == 503 {
+                    "exhausted"
+                } else {
+                    "failed"
+                },
+            );
+            log_request(protocol, ge.status, None, 0, t0);
+            error_response(protocol, &ge)
+        }
+    }
+}
+
+fn log_request(protocol: Protocol, status: u16, model: Option<&str>, attempts: usize, t0: Instant) {
+    tracing::info!(
+        target: "failover::serve",
+        protocol = protocol.name(),
+        status,
+        model = model.unwrap_or(""),
+        attempts,
+        duration_us = t0.elapsed().as_micros() as u64,
+        "request"
+    );
+}
+
+fn count_attempts(gw: &Gateway, set: &ActiveSet, attempts: &[crate::run::AttemptRecord]) {
+    for a in attempts {
+        let outcome = match a.outcome {
+            AttemptOutcome::Succeeded => "succeeded",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::Skipped => "skipped",
+            AttemptOutcome::Switched => "switched",
+        };
+        gw.metrics.attempt(
+            &a.provider,
+            &set.model_label(&a.provider, &a.model),
+            outcome,
+            a.reason.as_deref().unwrap_or("none"),
+        );
+        if a.probe {
+            gw.metrics.probe(if a.outcome == AttemptOutcome::Succeeded {
+                "succeeded"
+            } else {
+                "failed"
+            });
+        }
+    }
+}
+
+async fn run(
+    gw: &Arc<Gateway>,
+    set: &Arc<ActiveSet>,
+    runner: &Runner,
+    req: &ClientRequest,
+    run_req: &RunRequest,
+    headers: &HeaderMap,
+    waited_us: &AtomicU64,
+) -> Result<RunOutput<Done>, RunError> {
+    let anthropic_headers: Vec<(HeaderName, HeaderValue)> = if req.protocol == Protocol::Anthropic {
+        ["anthropic-version", "anthropic-beta"]
+            .iter()
+            .filter_map(|n| {
+                headers
+                    .get(*n)
+                    .map(|v| (HeaderName::from_static(n), v.clone()))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    runner
+        .run(run_req, |attempt: Attempt| {
+            let set = set.clone();
+            let anthropic_headers = anthropic_headers.clone();
+            async move {
+                let Some(up) = set.upstreams.get(&attempt.provider) else {
+                    return Err(AttemptError::Skip(format!(
+                        "no upstream is configured for provider `{0}` (models.providers.{0})",
+                        attempt.provider
+                    )));
+                };
+                let up_proto = protocol_of(up.api);
+                let body = translate::request(req.protocol, up_proto, &req.body, &attempt.model)
+                    .map_err(|why| {
+                        AttemptError::Skip(format!(
+                            "{why}: the client speaks {} and upstream `{}` speaks {}",
+                            req.protocol.api().name(),
+                            up.id,
+                            up.api.name()
+                        ))
+                    })?;
+                let client = set.client(&up.id).ok_or_else(|| {
+                    AttemptError::Skip(format!("no client for upstream `{}`", up.id))
+                })?;
+                let profile = attempt.profile_id.as_deref().zip(attempt.profile.as_ref());
+                let called = Instant::now();
+                let answer = upstream::call(CallInput {
+                    client,
+                    upstream: up,
+                    body,
+                    profile,
+                    anthropic_headers: if up_proto == Protocol::Anthropic {
+                        anthropic_headers
+                    } else {
+                        Vec::new()
+                    },
+                    stream: req.stream,
+                    metrics: &gw.metrics,
+                    now_ms: runner.now_ms(),
+                })
+                .await;
+                waited_us.fetch_add(called.elapsed().as_micros() as u64, Ordering::Relaxed);
+                Ok(match answer? {
+                    Answer::Whole(v) => Done::Whole(translate::response(up_proto, req.protocol, v)),
+                    Answer::Stream(started) => Done::Stream {
+                        started,
+                        upstream: up_proto,
+                        idle: up.timeouts.first_byte,
+                        total: up.timeouts.total,
+                        secrets: secrets_of(&attempt),
+                    },
+                })
+            }
+        })
+        .await
+}
+
+fn header_value(text: &str) -> Option<HeaderValue> {
+    HeaderValue::from_str(text).ok()
+}
+
+fn success(
+    gw: &Arc<Gateway>,
+    set: &ActiveSet,
+    protocol: Protocol,
+    req: &ClientRequest,
+    runner: Arc<Runner>,
+    out: RunOutput<Done>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Response {
+    let mut h = HeaderMap::new();
+    if let Some(v) = header_value(&out.model_ref()) {
+        h.insert("x-failover-model", v);
+    }
+    if let Some(v) = out.profile_id.as_deref().and_then(header_value) {
+        h.insert("x-failover-profile", v);
+    }
+    h.insert("x-failover-attempts", HeaderValue::from(out.attempts.len()));
+    for n in &out.notices {
+        if let Some(v) = header_value(&n.to_string()) {
+            h.append("x-failover-notice", v);
+        }
+    }
+    let model_label = set.model_label(&out.provider, &out.model);
+    match out.value {
+        Done::Whole(v) => (StatusCode::OK, h, axum::Json(v)).into_response(),
+        Done::Stream {
+            started,
+            upstream,
+            idle,
+            total,
+            secrets,
+        } => {
+            let wants_usage = req
+                .body
+                .get("stream_options")
+                .and_then(|o| o.get("include_usage"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            let relay = stream::Relay::new(
+                started,
+                upstream,
+                protocol,
+                wants_usage,
+                idle,
+                total,
+                stream::Recorder {
+                    runner,
+                    provider: out.provider.clone(),
+                    model: out.model.clone(),
+                    profile_id: out.profile_id.clone(),
+                    metrics: gw.metrics.clone(),
+                    secrets,
+                    model_label,
+                },
+                Some(permit),
+            );
+            h.insert(
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            );
+            h.insert(
+                axum::http::header::CACHE_CONTROL,
+                HeaderValue::from_static("no-cache"),
+            );
+            (StatusCode::OK, h, Body::from_stream(relay.into_stream())).into_response()
+        }
+    }
+}
+
+/// A run's error as the client sees it (see the module documentation).
+fn run_error(set: &ActiveSet, runner: &Runner, e: RunError) -> GatewayError {
+    match e {
+        RunError::Provider { error } => {
+            let f = &error.failure;
+            let status = f.status.filter(|s| (400..600).contains(s)).unwrap_or(502);
+            let (message, ty) = f
+                .body
+                .as_deref()
+                .and_then(upstream_message)
+                .unwrap_or_else(|| (error.text_scrubbed.clone(), None));
+            GatewayError {
+                status,
+                message,
+                error_type: ty,
+                code: f.code.clone(),
+                retry_after: None,
+                detail: Some(Box::new(json!({
+                    "reason": error.reason,
+                    "provider": error.provider,
+                    "model": error.model,
+                    "attempts": error.attempts,
+                }))),
+            }
+        }
+        RunError::Summary(s) => {
+            let rs = set.engine.ruleset();
+            let cools = |r: &str| {
+                rs.reason_id(r).is_some_and(|id| {
+                    let b = &rs.reason(id).behaviour;
+                    b.cooldown || b.disable.is_some()
+                })
+            };
+            let all_cooling = !s.attempts.is_empty()
+                && s.attempts
+                    .iter()
+                    .all(|a| a.reason.as_deref().is_some_and(cools));
+            let now = runner.now_ms();
+            let retry = s
+                .soonest_cooldown_expiry
+                .filter(|_| all_cooling)
+                .map(|t| t.saturating_sub(now).div_ceil(1000).max(1));
+            GatewayError {
+                status: if retry.is_some() { 429 } else { 503 },
+                message: s.to_string(),
+                error_type: None,
+                code: Some("fallback_summary".into()),
+                retry_after: retry,
+                detail: Some(Box::new(json!({
+                    "attempts": s.attempts,
+                    "soonestCooldownExpiry": s.soonest_cooldown_expiry,
+                }))),
+            }
+        }
+        RunError::Chain(c) => GatewayError::new(404, c.to_string()),
+        RunError::Store(e) => {
+            tracing::error!(target: "failover::serve", error = %e, "state store error");
+            GatewayError::new(500, "the gateway cannot read or write its state directory")
+        }
+    }
+}
+
+/// A running gateway (for `serve` and for tests).
+pub struct Running {
+    pub addr: SocketAddr,
+    pub gateway: Arc<Gateway>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<()>,
+    watcher: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Binds and starts serving. `Err` holds diagnostics or the bind error.
+pub async fn start(opts: Options) -> Result<Running, String> {
+    // The watcher's first look is taken before the set is read, so a
+    // change made while it is built is not missed.
+    let first_look = state::off_runtime(|| reload::fingerprint(&opts.sources));
+    let gateway = state::off_runtime(|| Gateway::new(opts.sources.clone()))?;
+    let listener = tokio::net::TcpListener::bind(&opts.listen)
+        .await
+        .map_err(|e| format!("error: cannot listen on `{}`: {e}", opts.listen))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("error: cannot listen on `{}`: {e}", opts.listen))?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let app = gateway.router();
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = rx.await;
+            })
+            .await;
+    });
+    let watcher = opts.watch.then(|| {
+        let gw = gateway.clone();
+        tokio::spawn(async move {
+            let sources = gw.sources.clone();
+            let mut last = first_look;
+            loop {
+                tokio::time::sleep(WATCH_INTERVAL).await;
+                let s = sources.clone();
+                let now = tokio::task::spawn_blocking(move || reload::fingerprint(&s))
+                    .await
+                    .unwrap_or_default();
+                if now != last {
+                    last = now;
+                    let _ = gw.reload();
+                }
+            }
+        })
+    });
+    tracing::info!(target: "failover::serve", listen = %addr, ruleset = %gateway.active().hash, "listening");
+    Ok(Running {
+        addr,
+        gateway,
+        stop: Some(tx),
+        server,
+        watcher,
+    })
+}
+
+/// How often `--watch` looks at the files.
+pub const WATCH_INTERVAL: Duration = Duration::from_millis(500);
+
+impl Running {
+    /// Graceful shutdown: stop accepting, let in-flight requests finish
+    /// within the grace period, then drop what is left. State needs no
+    /// flush: every store update is durable when it returns.
+    pub async fn shutdown(mut self) {
+        self.gateway.shutting_down.store(true, Ordering::SeqCst);
+        if let Some(w) = self.watcher.take() {
+            w.abort();
+        }
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let grace = self.gateway.active().settings.shutdown_grace;
+        let abort = self.server.abort_handle();
+        if tokio::time::timeout(grace, &mut self.server).await.is_err() {
+            tracing::warn!(target: "failover::serve", grace_ms = grace.as_millis() as u64, "shutdown grace period over; closing the remaining connections");
+            abort.abort();
+        }
+        tracing::info!(target: "failover::serve", "stopped");
+    }
+}
+
+/// `failover serve`: runs until SIGTERM or Ctrl-C; SIGHUP reloads.
+/// Returns the exit code.
+pub fn main(opts: Options) -> i32 {
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return 2;
+        }
+    };
+    rt.block_on(async move {
+        let running = match start(opts).await {
+            Ok(r) => r,
+            Err(diagnostics) => {
+                eprint!("{diagnostics}");
+                if !diagnostics.ends_with('\n') {
+                    eprintln!();
+                }
+                return 2;
+            }
+        };
+        let gw = running.gateway.clone();
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut hup), Ok(mut term)) = (
+                signal(SignalKind::hangup()),
+                signal(SignalKind::terminate()),
+            ) else {
+                eprintln!("error: cannot install signal handlers");
+                return 2;
+            };
+            loop {
+                tokio::select! {
+                    _ = hup.recv() => { let _ = gw.reload(); }
+                    _ = term.recv() => break,
+                    _ = tokio::signal::ctrl_c() => break,
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!(target: "failover::serve", "shutting down");
+        running.shutdown().await;
+        0
+    })
+}

@@ -1,0 +1,225 @@
+//! The active set: config, upstreams, compiled rules and one runner per
+//! agent, built and checked as a whole, then swapped in at once.
+//!
+//! A reload (SIGHUP, or a file change under `--watch`) builds a new set
+//! from the files; any problem — a config error, an upstream problem, a
+//! rule that does not compile — refuses the whole set: its diagnostics are
+//! logged and the old set keeps serving. A request holds the set it
+//! started with (an `Arc`) until it ends, so a reload never changes the
+//! rules or the chain under a request in flight. `GET /readyz` reports the
+//! active set's hash: of the config text and of every rules file's name
+//! and text.
+//!
+//! What a reload does not carry over: the runners' in-memory tables (probe
+//! throttle, re-probe times, skip cache) start empty in the new set, as
+//! after a restart. The state on disk — cooldowns, disables, session
+//! overrides — is the same store and carries over untouched.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use crate::classify::Engine;
+use crate::config::GatewayConfig;
+use crate::diag::render_all;
+use crate::run::Runner;
+use crate::store::{FileStore, Profile, Store, DEFAULT_AGENT};
+
+use super::metrics::Metrics;
+use super::state::GatewayStore;
+use super::upstream::client_for;
+use super::upstreams::{self, ServeSettings, Upstreams};
+
+/// Where a set comes from.
+#[derive(Clone, Debug)]
+pub struct Sources {
+    pub config: PathBuf,
+    pub state: PathBuf,
+    pub rules: Vec<PathBuf>,
+    pub no_defaults: bool,
+}
+
+/// One file store per agent, opened once and kept across reloads.
+#[derive(Default)]
+pub struct Stores {
+    by_agent: Mutex<HashMap<String, Arc<dyn Store>>>,
+}
+
+impl Stores {
+    fn get(&self, root: &std::path::Path, agent: &str) -> Result<Arc<dyn Store>, String> {
+        let mut map = self.by_agent.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = map.get(agent) {
+            return Ok(s.clone());
+        }
+        let s: Arc<dyn Store> =
+            Arc::new(FileStore::open(root, agent).map_err(|e| format!("error: {e}"))?);
+        map.insert(agent.to_string(), s.clone());
+        Ok(s)
+    }
+}
+
+/// See the module documentation.
+pub struct ActiveSet {
+    pub hash: String,
+    pub config: Arc<GatewayConfig>,
+    pub upstreams: Upstreams,
+    pub settings: ServeSettings,
+    pub engine: Arc<Engine>,
+    /// By agent id; [`DEFAULT_AGENT`] serves requests that name no agent.
+    pub runners: HashMap<String, Arc<Runner>>,
+    clients: HashMap<String, reqwest::Client>,
+    /// `GET /v1/models`: agent ids, then every `provider/model` the config
+    /// names, in order, without repeats.
+    pub models: Vec<String>,
+    known: BTreeSet<String>,
+    pub loaded_at_ms: u64,
+}
+
+impl ActiveSet {
+    pub fn client(&self, provider: &str) -> Option<&reqwest::Client> {
+        self.clients.get(&provider.to_ascii_lowercase())
+    }
+
+    /// A model as a metric label: named by the config, or `other`.
+    pub fn model_label(&self, provider: &str, model: &str) -> String {
+        let r = format!("{provider}/{model}");
+        if self.known.contains(&r) {
+            model.to_string()
+        } else {
+            "other".into()
+        }
+    }
+}
+
+/// Builds a set from its sources; `Err` holds the diagnostics.
+pub fn build(
+    sources: &Sources,
+    stores: &Stores,
+    metrics: &Arc<Metrics>,
+) -> Result<ActiveSet, String> {
+    let loaded = GatewayConfig::load(&sources.config).map_err(|e| e.to_string())?;
+    for w in &loaded.warnings {
+        tracing::warn!(target: "failover::serve", warning = %w.render(&loaded.name, &loaded.text), "config warning");
+    }
+    let env = |name: &str| std::env::var(name).ok();
+    let (ups, settings) = upstreams::parse(&loaded.text, &env).map_err(|problems| {
+        let mut out = String::new();
+        for p in problems {
+            out.push_str(&format!("error: {p}\n --> {}\n", loaded.name));
+        }
+        out
+    })?;
+    let build = crate::load::build(&sources.rules, !sources.no_defaults)
+        .map_err(|e| format!("error: {e}"))?;
+    let engine = Engine::from_build(build).map_err(|(src, diags)| render_all(&diags, &src))?;
+    let engine = Arc::new(engine);
+    let config = Arc::new(loaded.config);
+
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    loaded.text.hash(&mut hasher);
+    for (_, f) in engine.sources().files() {
+        f.name().hash(&mut hasher);
+        f.text().hash(&mut hasher);
+    }
+    let hash = format!("{:016x}", hasher.finish());
+
+    let env_profiles: Vec<(String, Profile)> = ups
+        .providers
+        .values()
+        .filter_map(|u| {
+            u.env_key.as_ref().map(|k| {
+                (
+                    format!("{}:default", u.id),
+                    Profile::api_key(&u.id, k.expose()),
+                )
+            })
+        })
+        .collect();
+    let mut agents: Vec<String> = vec![DEFAULT_AGENT.to_string()];
+    agents.extend(config.agents.list.iter().map(|a| a.id.clone()));
+    let mut runners = HashMap::new();
+    for agent in agents {
+        if runners.contains_key(&agent) {
+            continue;
+        }
+        let inner = stores.get(&sources.state, &agent)?;
+        let store = Arc::new(GatewayStore::new(
+            inner,
+            env_profiles.clone(),
+            metrics.clone(),
+        ));
+        let runner = Runner::new(engine.clone(), config.clone(), store)
+            .map_err(|e| e.to_string())?
+            .with_skip_ttl_from_env();
+        runners.insert(agent, Arc::new(runner));
+    }
+    let clients = ups
+        .providers
+        .values()
+        .map(|u| (u.id.clone(), client_for(u)))
+        .collect();
+
+    let mut models: Vec<String> = config.agents.list.iter().map(|a| a.id.clone()).collect();
+    let mut known = BTreeSet::new();
+    let mut add = |r: String, models: &mut Vec<String>| {
+        if known.insert(r.clone()) {
+            models.push(r);
+        }
+    };
+    let d = &config.agents.model;
+    for r in d.primary.iter().chain(d.fallbacks.iter().flatten()) {
+        add(r.to_string(), &mut models);
+    }
+    for a in &config.agents.list {
+        if let Some(m) = &a.model {
+            for r in m.primary.iter().chain(m.fallbacks.iter().flatten()) {
+                add(r.to_string(), &mut models);
+            }
+        }
+    }
+    for u in ups.providers.values() {
+        for m in &u.models {
+            add(format!("{}/{m}", u.id), &mut models);
+        }
+    }
+    for r in &models {
+        if let Some((p, _)) = r.split_once('/') {
+            if ups.get(p).is_none() {
+                tracing::warn!(target: "failover::serve", model = %r, "no upstream is configured for this provider (models.providers.{p}); its candidates are skipped");
+            }
+        }
+    }
+    Ok(ActiveSet {
+        hash,
+        config,
+        upstreams: ups,
+        settings,
+        engine,
+        runners,
+        clients,
+        models,
+        known,
+        loaded_at_ms: crate::store::Clock::now_ms(&crate::store::SystemClock),
+    })
+}
+
+/// The files a set is read from, with their modification times and sizes
+/// (for `--watch`).
+pub fn fingerprint(sources: &Sources) -> Vec<(PathBuf, Option<std::time::SystemTime>, u64)> {
+    let mut paths = vec![sources.config.clone()];
+    for d in &sources.rules {
+        if let Ok(files) = crate::load::files_with_suffix(d, ".rules") {
+            paths.extend(files);
+        }
+    }
+    paths
+        .into_iter()
+        .map(|p| {
+            let m = std::fs::metadata(&p).ok();
+            let t = m.as_ref().and_then(|m| m.modified().ok());
+            let len = m.map_or(0, |m| m.len());
+            (p, t, len)
+        })
+        .collect()
+}

@@ -1,0 +1,332 @@
+//! One upstream call: the body for the candidate, the credential header,
+//! the timeouts, and a failure as the classifier needs it.
+//!
+//! A failure keeps what the provider sent — status, `Retry-After` (as the
+//! exact reset time of R6.7) and body — with the body read only up to
+//! [`ERROR_BODY_HEAD`] (the engine reads no more of a message), lossily
+//! decoded, whatever it is (HTML, binary, gigabytes): the rest is never
+//! read, and dropping the response closes the connection. The gateway
+//! never waits out a `Retry-After` itself: with a chain to walk, every
+//! retryable response surfaces at once (the strict end of R7.5).
+//!
+//! Time to first byte has its own deadline: the response head and, for a
+//! stream, its first event must come within `firstByteMs`, else the
+//! attempt fails with a `timeout`-shaped error (`ETIMEDOUT`).
+
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use serde_json::{Map, Value};
+
+use crate::run::{requested_wait, AttemptError, ProviderFailure};
+use crate::store::{Credential, Profile};
+
+use super::metrics::Metrics;
+use super::protocol::Protocol;
+use super::stream::SseParser;
+use super::translate::Event;
+use super::upstreams::{Api, Upstream};
+
+/// The head of an upstream error body that is read (the engine's 1 MiB).
+pub const ERROR_BODY_HEAD: usize = 1 << 20;
+/// A whole (non-streamed) successful answer larger than this is a failure
+/// rather than memory the gateway holds for one request.
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
+/// `anthropic-version` sent when the client gave none.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// The body stream of an upstream response.
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
+
+/// A successful attempt.
+pub enum Answer {
+    /// A whole answer, as the upstream sent it.
+    Whole(Value),
+    /// A stream whose first event has arrived.
+    Stream(Started),
+}
+
+/// A stream that has produced its first event: the rest is read by
+/// [`super::stream`] after the runner has settled the run.
+pub struct Started {
+    pub body: BodyStream,
+    pub parser: SseParser,
+    pub first: Vec<Event>,
+    pub started: Instant,
+}
+
+pub fn protocol_of(api: Api) -> Protocol {
+    match api {
+        Api::OpenAiCompletions => Protocol::OpenAi,
+        Api::AnthropicMessages => Protocol::Anthropic,
+    }
+}
+
+/// The pooled client of one upstream (its connect timeout is per client).
+pub fn client_for(u: &Upstream) -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(u.timeouts.connect)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        // Building fails only when the TLS backend cannot start, which
+        // a default rustls configuration always can.
+        .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+fn timeout_failure(what: &str, after: Duration) -> AttemptError {
+    AttemptError::Provider(
+        ProviderFailure::message(format!(
+            "upstream timed out: {what} within {} ms",
+            after.as_millis()
+        ))
+        .with_code("ETIMEDOUT"),
+    )
+}
+
+fn transport_failure(e: &reqwest::Error) -> AttemptError {
+    // `without_url`: the error text never carries the URL.
+    let kind = if e.is_connect() {
+        "connection refused or failed"
+    } else if e.is_timeout() {
+        "timed out"
+    } else if e.is_body() || e.is_decode() {
+        "connection reset while reading the response"
+    } else {
+        "network error"
+    };
+    AttemptError::Provider(ProviderFailure::message(format!("upstream {kind}")))
+}
+
+/// The credential header of a profile for an upstream protocol.
+fn auth_headers(api: Api, profile: &Profile, id: &str) -> Result<HeaderMap, AttemptError> {
+    let (secret, bearer) = match &profile.credential {
+        Credential::ApiKey { key: Some(k), .. } => (k, api == Api::OpenAiCompletions),
+        Credential::OAuth {
+            access: Some(a), ..
+        } => (a, true),
+        Credential::Token { token: Some(t), .. } => (t, true),
+        _ => {
+            return Err(AttemptError::Skip(format!(
+            "profile `{id}` has no key or token the gateway can send (references are not resolved)"
+        )))
+        }
+    };
+    let text = if bearer {
+        format!("Bearer {}", secret.expose().trim())
+    } else {
+        secret.expose().trim().to_string()
+    };
+    let mut value = HeaderValue::from_str(&text).map_err(|_| {
+        AttemptError::Skip(format!(
+            "the credential of profile `{id}` cannot be sent in an HTTP header"
+        ))
+    })?;
+    value.set_sensitive(true);
+    let mut h = HeaderMap::new();
+    if bearer {
+        h.insert(AUTHORIZATION, value);
+    } else {
+        h.insert(HeaderName::from_static("x-api-key"), value);
+    }
+    Ok(h)
+}
+
+/// Reads at most `limit` bytes of a body; `true` when it was cut.
+async fn read_head(body: &mut BodyStream, limit: usize) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let mut out = Vec::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk?;
+        let room = limit - out.len();
+        if chunk.len() > room {
+            out.extend_from_slice(&chunk[..room]);
+            return Ok((out, true));
+        }
+        out.extend_from_slice(&chunk);
+        if out.len() == limit {
+            return Ok((out, true));
+        }
+    }
+    Ok((out, false))
+}
+
+/// What a call needs besides the upstream.
+pub struct CallInput<'a> {
+    pub client: &'a reqwest::Client,
+    pub upstream: &'a Upstream,
+    pub body: Map<String, Value>,
+    pub profile: Option<(&'a str, &'a Profile)>,
+    /// `anthropic-version` / `anthropic-beta` of an Anthropic client, for
+    /// an Anthropic upstream.
+    pub anthropic_headers: Vec<(HeaderName, HeaderValue)>,
+    pub stream: bool,
+    pub metrics: &'a Metrics,
+    pub now_ms: u64,
+}
+
+/// Makes the call. See the module documentation.
+pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
+    let u = input.upstream;
+    let started = Instant::now();
+    let total_deadline = tokio::time::Instant::now() + u.timeouts.total;
+    let first_deadline = tokio::time::Instant::now() + u.timeouts.first_byte.min(u.timeouts.total);
+    let mut headers = match input.profile {
+        Some((id, p)) => auth_headers(u.api, p, id)?,
+        None => HeaderMap::new(),
+    };
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if u.api == Api::AnthropicMessages {
+        headers.insert(
+            HeaderName::from_static("anthropic-version"),
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
+        for (k, v) in input.anthropic_headers {
+            headers.insert(k, v);
+        }
+    }
+    let body = serde_json::to_vec(&Value::Object(input.body)).unwrap_or_default();
+    let send = input
+        .client
+        .post(u.endpoint())
+        .headers(headers)
+        .body(body)
+        .send();
+    let resp = match tokio::time::timeout_at(first_deadline, send).await {
+        Err(_) => return Err(timeout_failure("no first byte", u.timeouts.first_byte)),
+        Ok(Err(e)) => return Err(transport_failure(&e)),
+        Ok(Ok(r)) => r,
+    };
+    let status = resp.status().as_u16();
+    let retry_after: Vec<(String, String)> = ["retry-after", "retry-after-ms"]
+        .iter()
+        .filter_map(|n| {
+            resp.headers()
+                .get(*n)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| (n.to_string(), v.to_string()))
+        })
+        .collect();
+    let is_event_stream = resp
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let mut body: BodyStream = Box::pin(resp.bytes_stream());
+    if !(200..300).contains(&status) {
+        input
+            .metrics
+            .first_byte(&u.id, started.elapsed().as_secs_f64());
+        let head = tokio::time::timeout_at(total_deadline, read_head(&mut body, ERROR_BODY_HEAD))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .map(|(b, _)| b)
+            .unwrap_or_default();
+        drop(body);
+        input
+            .metrics
+            .upstream_latency(&u.id, started.elapsed().as_secs_f64());
+        let pairs: Vec<(&str, &str)> = retry_after
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let reset_at = requested_wait(&pairs, input.now_ms)
+            .filter(|w| !w.is_zero())
+            .map(|w| input.now_ms.saturating_add(w.as_millis() as u64));
+        let text = String::from_utf8_lossy(&head).into_owned();
+        // The body's own message, when it has one, makes the summary
+        // readable; the classifier reads it from the body either way.
+        let message = super::protocol::upstream_message(&text).map(|(m, _)| m);
+        return Err(AttemptError::Provider(ProviderFailure {
+            status: Some(status),
+            message,
+            body: (!text.trim().is_empty()).then_some(text),
+            reset_at,
+            ..Default::default()
+        }));
+    }
+    if input.stream {
+        if !is_event_stream {
+            return Err(AttemptError::Provider(
+                ProviderFailure::message(
+                    "upstream answered a streaming request without an event stream",
+                )
+                .with_status(status),
+            ));
+        }
+        let mut parser = SseParser::default();
+        loop {
+            let next = tokio::time::timeout_at(first_deadline, body.next()).await;
+            let chunk = match next {
+                Err(_) => return Err(timeout_failure("no first event", u.timeouts.first_byte)),
+                Ok(None) => {
+                    return Err(AttemptError::Provider(
+                        ProviderFailure::message("upstream stream ended before its first event")
+                            .with_status(status),
+                    ))
+                }
+                Ok(Some(Err(e))) => return Err(transport_failure(&e)),
+                Ok(Some(Ok(c))) => c,
+            };
+            let events = match parser.push(&chunk) {
+                Ok(ev) => ev,
+                Err(msg) => return Err(AttemptError::Provider(ProviderFailure::message(msg))),
+            };
+            if events.is_empty() {
+                continue;
+            }
+            input
+                .metrics
+                .first_byte(&u.id, started.elapsed().as_secs_f64());
+            // An error as the first event is a failure like any other:
+            // nothing has reached the client yet, so the chain goes on.
+            if let Some(err) = events.iter().find(|e| super::stream::is_error_event(e)) {
+                return Err(AttemptError::Provider(ProviderFailure {
+                    status: super::stream::error_event_status(err),
+                    body: Some(err.data.clone()),
+                    ..Default::default()
+                }));
+            }
+            return Ok(Answer::Stream(Started {
+                body,
+                parser,
+                first: events,
+                started,
+            }));
+        }
+    }
+    input
+        .metrics
+        .first_byte(&u.id, started.elapsed().as_secs_f64());
+    let whole =
+        tokio::time::timeout_at(total_deadline, read_head(&mut body, MAX_ANSWER_BYTES)).await;
+    input
+        .metrics
+        .upstream_latency(&u.id, started.elapsed().as_secs_f64());
+    let bytes = match whole {
+        Err(_) => {
+            return Err(timeout_failure(
+                "the answer did not finish",
+                u.timeouts.total,
+            ))
+        }
+        Ok(Err(e)) => return Err(transport_failure(&e)),
+        Ok(Ok((_, true))) => {
+            return Err(AttemptError::Provider(ProviderFailure::message(format!(
+                "upstream answer is larger than {} MiB",
+                MAX_ANSWER_BYTES >> 20
+            ))))
+        }
+        Ok(Ok((b, false))) => b,
+    };
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(v) if v.is_object() => Ok(Answer::Whole(v)),
+        _ => Err(AttemptError::Provider(
+            ProviderFailure::message("upstream answered with a body that is not a JSON object")
+                .with_status(status),
+        )),
+    }
+}
