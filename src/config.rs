@@ -490,9 +490,9 @@ fn parse_tree(text: &str, format: Format) -> Result<Value, Box<ConfigProblem>> {
             return Err(Box::new(p));
         }
     }
-    if let Err(deep) = yaml_flow_depth_ok(text) {
-        let mut p = ConfigProblem::whole_file(format!("invalid YAML: {deep}"));
-        (p.line, p.column) = (Some(deep.line), Some(deep.column));
+    if let Err(refused) = crate::yaml::guard(text) {
+        let mut p = ConfigProblem::whole_file(format!("invalid YAML: {refused}"));
+        (p.line, p.column) = (Some(refused.line), Some(refused.column));
         return Err(Box::new(p));
     }
     serde_yaml::from_str::<Value>(text).map_err(|e| {
@@ -1505,63 +1505,6 @@ fn key_text(k: &Value) -> Option<&str> {
     }
 }
 
-/// How deep `[` / `{` may nest in a YAML file this tool reads. The YAML
-/// parser refuses depth past its own recursion limit, but only after a
-/// scan that takes quadratic time (300,000 `[` ran for minutes).
-pub const YAML_MAX_FLOW_DEPTH: usize = 64;
-
-/// YAML nested deeper than [`YAML_MAX_FLOW_DEPTH`]: where (1-based) the
-/// bracket that goes past it stands.
-#[derive(Debug, PartialEq, Eq)]
-pub struct YamlTooDeep {
-    pub line: usize,
-    pub column: usize,
-}
-
-impl std::fmt::Display for YamlTooDeep {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "`[` / `{{` nested more than {YAML_MAX_FLOW_DEPTH} deep")
-    }
-}
-
-/// Checks, in one pass, that flow collections (`[`, `{`) outside quoted
-/// scalars and comments nest at most [`YAML_MAX_FLOW_DEPTH`] deep.
-pub fn yaml_flow_depth_ok(text: &str) -> Result<(), YamlTooDeep> {
-    let (mut depth, mut line, mut col) = (0usize, 1usize, 0usize);
-    let mut quote: Option<char> = None;
-    let mut comment = false;
-    let mut prev = '\n';
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        col += 1;
-        if c == '\n' {
-            (line, col, comment, prev) = (line + 1, 0, false, c);
-            continue;
-        }
-        match (quote, c) {
-            _ if comment => {}
-            (Some('"'), '\\') => {
-                chars.next();
-                col += 1;
-            }
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '"' | '\'') => quote = Some(c),
-            (None, '#') if prev.is_whitespace() => comment = true,
-            (None, '[' | '{') => {
-                depth += 1;
-                if depth > YAML_MAX_FLOW_DEPTH {
-                    return Err(YamlTooDeep { line, column: col });
-                }
-            }
-            (None, ']' | '}') => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        prev = c;
-    }
-    Ok(())
-}
-
 /// Finds the line and column of the node at `path` (or of its last key,
 /// when `at_key`) by deserializing `text` with a visitor that walks to it
 /// and fails there; the YAML deserializer stamps the failure with the
@@ -1743,35 +1686,17 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
 mod tests {
     use super::*;
 
-    /// Flow nesting past the limit is refused before the YAML parser sees
-    /// it (that parser takes quadratic time on deep input); brackets in
-    /// quotes and comments do not count.
+    /// Nesting past the limit is refused before the YAML parser sees it
+    /// (that parser takes quadratic time on deep input), with line:col.
     #[test]
-    fn deep_flow_nesting_is_refused_up_front() {
-        let ok = format!("a: {}{}", "[".repeat(64), "]".repeat(64));
-        assert_eq!(yaml_flow_depth_ok(&ok), Ok(()));
-        let deep = format!("x: 1\na: {}", "[".repeat(65));
-        assert_eq!(
-            yaml_flow_depth_ok(&deep),
-            Err(YamlTooDeep {
-                line: 2,
-                column: 68
-            })
-        );
-        let quoted = format!(
-            "a: \"{}\"\nb: '{}'\nc: 1 # {}\nd: \"\\\"{}\"",
-            "[".repeat(100),
-            "{".repeat(100),
-            "[".repeat(100),
-            "[".repeat(100)
-        );
-        assert_eq!(yaml_flow_depth_ok(&quoted), Ok(()));
-        let text = format!("agents: {}", "[".repeat(300_000));
+    fn deep_nesting_is_refused_up_front() {
+        let text = format!("note: don't\nagents: {}", "[".repeat(300_000));
         let err = GatewayConfig::parse(&text, Format::Yaml, "deep.yaml").unwrap_err();
         assert!(
             err.to_string().contains("nested more than 64 deep"),
             "{err}"
         );
+        assert!(err.to_string().contains("deep.yaml:2:"), "{err}");
     }
 
     fn read(text: &str) -> LoadedConfig {

@@ -33,5 +33,6 @@ pub mod policy;
 pub mod run;
 pub mod store;
 pub mod syntax;
+pub mod yaml;
 
 pub use classify::{Body, Classification, Engine, ProviderError};

@@ -124,6 +124,40 @@ fn bad_scenarios_exit_2() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown operation `/frob`"));
 }
 
+// Issue 16 item 1: a scenario whose prose has an apostrophe (the shipped
+// r13 one says "attempt's") kept the former bracket guard off; deep
+// nesting after it is now refused at once, with line:col, and an alias
+// bomb is refused before any tree is built.
+#[test]
+fn deep_or_exploding_scenarios_are_refused_up_front() {
+    let n = 100_000;
+    let p = scenario_file(
+        "deep.yaml",
+        &format!(
+            "# the attempt's reason\nnote: don't\nconfig: {}{}\nturns: []\n",
+            "[".repeat(n),
+            "]".repeat(n)
+        ),
+    );
+    let started = std::time::Instant::now();
+    let out = bin().arg("simulate").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("deep.yaml`:3:"), "{err}");
+    assert!(err.contains("nested more than 64 deep"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    let mut bomb = String::from("note: don't\nconfig:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..9 {
+        let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+        bomb.push_str(&format!("  a{i}: &a{i} [{refs}]\n"));
+    }
+    let p = scenario_file("bomb.yaml", &bomb);
+    let out = bin().arg("simulate").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("aliases expand to more than"), "{err}");
+}
+
 // R16.11: fake secrets never reach the timeline.
 #[test]
 fn r16_11_no_secret_in_timeline() {

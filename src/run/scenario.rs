@@ -293,12 +293,12 @@ pub fn simulate_file(path: &Path, engine: Arc<Engine>) -> Result<Report, Scenari
             crate::load::plain_io(&e)
         ))
     })?;
-    if let Err(deep) = crate::config::yaml_flow_depth_ok(&text) {
+    if let Err(refused) = crate::yaml::guard(&text) {
         return Err(bad(format!(
-            "`{}`:{}:{}: {deep}",
+            "`{}`:{}:{}: {refused}",
             path.display(),
-            deep.line,
-            deep.column
+            refused.line,
+            refused.column
         )));
     }
     let scenario: Scenario =
