@@ -42,14 +42,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
-use std::io::Read as _;
 use std::path::Path;
 
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_yaml::{Mapping, Value};
 
 use crate::diag::did_you_mean;
-use crate::load::plain_io;
+use crate::load::{plain_io, read_regular, too_large};
 use crate::policy::model_ref::shown;
 use crate::policy::ModelRef;
 use crate::syntax::display_name;
@@ -380,38 +379,24 @@ impl GatewayConfig {
     /// Reads a config file (YAML, or JSON for `.json` files).
     pub fn load(path: &Path) -> Result<LoadedConfig, ConfigError> {
         let name = display_name(path);
-        let file = std::fs::File::open(path).map_err(|e| {
-            ConfigError::io(
-                name.clone(),
-                format!("cannot read config `{name}`: {}", plain_io(&e)),
-            )
-        })?;
-        if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+        if std::fs::metadata(path).map(|m| m.is_dir()).unwrap_or(false) {
             return Err(ConfigError::io(
                 name.clone(),
                 format!("config `{name}` is a directory, not a file"),
             ));
         }
-        // Read one byte past the limit so an oversized file is detected
-        // without reading all of it.
-        let mut bytes = Vec::new();
-        file.take(MAX_CONFIG_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| {
-                ConfigError::io(
-                    name.clone(),
-                    format!("cannot read config `{name}`: {}", plain_io(&e)),
-                )
-            })?;
-        if bytes.len() as u64 > MAX_CONFIG_BYTES {
-            return Err(ConfigError::io(
-                name.clone(),
+        // Refused by its size before anything is read.
+        let bytes = read_regular(path, MAX_CONFIG_BYTES).map_err(|e| {
+            let message = if too_large(&e).is_some() {
                 format!(
                     "config `{name}` is larger than {} KiB; a gateway config is a few kilobytes, is this the right file?",
                     MAX_CONFIG_BYTES / 1024
-                ),
-            ));
-        }
+                )
+            } else {
+                format!("cannot read config `{name}`: {}", plain_io(&e))
+            };
+            ConfigError::io(name.clone(), message)
+        })?;
         let text = String::from_utf8(bytes).map_err(|e| {
             ConfigError::io(
                 name.clone(),

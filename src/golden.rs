@@ -81,6 +81,11 @@ impl OneOrMany {
     }
 }
 
+/// Cases files larger than this are refused by their size, unread: the
+/// largest shipped one is about 20 KB, and 4 MiB of YAML is tens of
+/// thousands of cases.
+pub const MAX_CASES_BYTES: u64 = 4 << 20;
+
 /// A cases file: its name and the parsed cases.
 #[derive(Debug, Clone)]
 pub struct CaseFile {

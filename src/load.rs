@@ -10,7 +10,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::compile::{self, Build, Layer};
-use crate::syntax::{display_name, SourceMap};
+use crate::syntax::{display_name, SourceMap, MAX_FILE_BYTES};
 
 /// The embedded default ruleset: `rules/` at build time, as (path, text).
 /// A unit test checks that this list matches the directory.
@@ -180,23 +180,88 @@ fn walk(dir: &Path, suffix: &str, out: &mut Vec<PathBuf>) -> Result<(), UsageErr
     Ok(())
 }
 
-/// Reads a file the operator named, refusing what is not a regular file: a
-/// FIFO would block for ever and `/dev/zero` never ends (a symlink is
-/// followed to what it names).
-pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
-    if !std::fs::metadata(path)?.is_file() {
-        return Err(std::io::Error::new(
+/// A file over the size limit of its kind, refused before it was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TooLarge {
+    /// Its size in bytes.
+    pub size: u64,
+    /// The limit of its kind in bytes.
+    pub limit: u64,
+}
+
+impl fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the file is {} and the limit for it is {}; is this the right file?",
+            bytes_shown(self.size),
+            bytes_shown(self.limit)
+        )
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+/// `4 MiB`, `1.0 GiB`, `512 bytes`.
+pub fn bytes_shown(n: u64) -> String {
+    const KIB: u64 = 1024;
+    match n {
+        n if n >= KIB * KIB * KIB => format!("{:.1} GiB", n as f64 / (KIB * KIB * KIB) as f64),
+        n if n >= KIB * KIB && n % (KIB * KIB) == 0 => format!("{} MiB", n / (KIB * KIB)),
+        n if n >= KIB * KIB => format!("{:.1} MiB", n as f64 / (KIB * KIB) as f64),
+        n if n >= KIB && n % KIB == 0 => format!("{} KiB", n / KIB),
+        n if n >= KIB => format!("{:.1} KiB", n as f64 / KIB as f64),
+        n => format!("{n} bytes"),
+    }
+}
+
+/// The [`TooLarge`] inside an I/O error from [`read_regular`], if that is
+/// what it is.
+pub fn too_large(e: &std::io::Error) -> Option<&TooLarge> {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<TooLarge>())
+}
+
+/// Reads a file the operator named, refusing what is not a regular file (a
+/// FIFO would block for ever and `/dev/zero` never ends; a symlink is
+/// followed to what it names) and a file over `limit` bytes, by its size
+/// before reading anything (a 1 GiB sparse file costs nothing to refuse).
+/// At most `limit + 1` bytes are ever read, so a file that grows while it
+/// is read is refused too.
+pub fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let not_regular = || {
+        std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "not a regular file (a FIFO, device, socket or directory)",
-        ));
+        )
+    };
+    // Before opening: opening a FIFO blocks until a writer comes.
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(not_regular());
     }
-    std::fs::read(path)
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(not_regular());
+    }
+    let refuse =
+        |size: u64| std::io::Error::new(std::io::ErrorKind::InvalidData, TooLarge { size, limit });
+    if meta.len() > limit {
+        return Err(refuse(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(refuse(bytes.len() as u64));
+    }
+    Ok(bytes)
 }
 
 /// [`read_regular`] as text, without a leading UTF-8 byte-order mark
 /// (editors on Windows write one); invalid UTF-8 is an error.
-pub fn read_regular_text(path: &Path) -> std::io::Result<String> {
-    let mut bytes = read_regular(path)?;
+pub fn read_regular_text(path: &Path, limit: u64) -> std::io::Result<String> {
+    let mut bytes = read_regular(path, limit)?;
     if bytes.starts_with(crate::syntax::UTF8_BOM) {
         bytes.drain(..crate::syntax::UTF8_BOM.len());
     }
@@ -233,13 +298,21 @@ pub fn build(dirs: &[PathBuf], with_defaults: bool) -> Result<Build, UsageError>
         }
         let mut files = Vec::new();
         for path in paths {
-            let bytes = read_regular(&path).map_err(|e| {
-                UsageError(format!(
-                    "cannot read `{}`: {}",
-                    display_name(&path),
-                    plain_io(&e)
-                ))
-            })?;
+            // A file over the limit is an E014 diagnostic, like a file
+            // that is not UTF-8; it is never read.
+            let bytes = match read_regular(&path, MAX_FILE_BYTES as u64) {
+                Ok(bytes) => RulesBytes::Read(bytes),
+                Err(e) if too_large(&e).is_some() => {
+                    RulesBytes::TooLarge(too_large(&e).map_or(0, |t| t.size))
+                }
+                Err(e) => {
+                    return Err(UsageError(format!(
+                        "cannot read `{}`: {}",
+                        display_name(&path),
+                        plain_io(&e)
+                    )))
+                }
+            };
             files.push((display_name(&path), bytes));
         }
         layers.push((display_name(dir), files));
@@ -248,18 +321,38 @@ pub fn build(dirs: &[PathBuf], with_defaults: bool) -> Result<Build, UsageError>
 }
 
 /// An operator layer in memory: its name and its files as (name, bytes).
-pub type OperatorLayer = (String, Vec<(String, Vec<u8>)>);
+pub type OperatorLayer<B = Vec<u8>> = (String, Vec<(String, B)>);
+
+/// A rules file's content as read: its bytes, or only its size when it was
+/// over [`MAX_FILE_BYTES`] and so not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RulesBytes {
+    Read(Vec<u8>),
+    TooLarge(u64),
+}
+
+impl From<Vec<u8>> for RulesBytes {
+    fn from(bytes: Vec<u8>) -> Self {
+        RulesBytes::Read(bytes)
+    }
+}
 
 /// Compiles operator layers given as (layer name, [(file name, bytes)]),
 /// highest priority first, then the defaults unless `with_defaults` is false.
-pub fn build_layers(operator: Vec<OperatorLayer>, with_defaults: bool) -> Build {
+pub fn build_layers<B: Into<RulesBytes>>(
+    operator: Vec<OperatorLayer<B>>,
+    with_defaults: bool,
+) -> Build {
     let mut sources = SourceMap::new();
     let mut layers = Vec::new();
     let mut early = Vec::new();
     for (name, files) in operator {
         let mut ids = Vec::new();
         for (file, bytes) in files {
-            let (id, diag) = sources.add_bytes(file, bytes);
+            let (id, diag) = match bytes.into() {
+                RulesBytes::Read(bytes) => sources.add_bytes(file, bytes),
+                RulesBytes::TooLarge(size) => sources.add_too_large(file, size),
+            };
             early.extend(diag);
             ids.push(id);
         }
@@ -305,18 +398,18 @@ mod tests {
         // timeout turns that into a failure instead of a hang.
         let (tx, rx) = std::sync::mpsc::channel();
         let path = fifo.clone();
-        std::thread::spawn(move || tx.send(read_regular(&path).map_err(|e| e.kind())));
+        std::thread::spawn(move || tx.send(read_regular(&path, 1 << 20).map_err(|e| e.kind())));
         let got = rx
             .recv_timeout(std::time::Duration::from_secs(20))
             .expect("no block");
         assert_eq!(got, Err(std::io::ErrorKind::InvalidInput));
         assert_eq!(
-            read_regular(Path::new("/dev/zero")).map_err(|e| e.kind()),
+            read_regular(Path::new("/dev/zero"), 1 << 20).map_err(|e| e.kind()),
             Err(std::io::ErrorKind::InvalidInput)
         );
         let plain = dir.join("y.rules");
         std::fs::write(&plain, "# nothing\n").unwrap();
-        assert_eq!(read_regular(&plain).unwrap(), b"# nothing\n");
+        assert_eq!(read_regular(&plain, 1 << 20).unwrap(), b"# nothing\n");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -20,7 +20,7 @@ pub fn case_files(rules: &RulesArgs) -> Result<Vec<CaseFile>, UsageError> {
     let mut files = Vec::new();
     for dir in &rules.dirs {
         for path in load::files_with_suffix(dir, ".cases.yaml")? {
-            let text = load::read_regular_text(&path).map_err(|e| {
+            let text = load::read_regular_text(&path, golden::MAX_CASES_BYTES).map_err(|e| {
                 UsageError(format!(
                     "cannot read `{}`: {}",
                     display_name(&path),

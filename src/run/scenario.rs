@@ -284,9 +284,13 @@ fn bad(msg: impl Into<String>) -> ScenarioError {
     ScenarioError(msg.into())
 }
 
+/// Scenario files larger than this are refused by their size, unread: the
+/// shipped ones are a few kilobytes.
+pub const MAX_SCENARIO_BYTES: u64 = 1 << 20;
+
 /// Reads and runs a scenario file.
 pub fn simulate_file(path: &Path, engine: Arc<Engine>) -> Result<Report, ScenarioError> {
-    let text = crate::load::read_regular_text(path).map_err(|e| {
+    let text = crate::load::read_regular_text(path, MAX_SCENARIO_BYTES).map_err(|e| {
         bad(format!(
             "cannot read `{}`: {}",
             path.display(),
