@@ -9,7 +9,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::compile::{self, Build, Layer};
+use crate::compile::{self, Build, Layer, Lints};
 use crate::syntax::{display_name, SourceMap, MAX_FILE_BYTES};
 
 /// The embedded default ruleset: `rules/` at build time, as (path, text).
@@ -287,6 +287,15 @@ pub fn plain_io(e: &std::io::Error) -> String {
 /// Loads and compiles: operator directories first (in the order given),
 /// then the embedded defaults unless `with_defaults` is false.
 pub fn build(dirs: &[PathBuf], with_defaults: bool) -> Result<Build, UsageError> {
+    build_with(dirs, with_defaults, Lints::Run)
+}
+
+/// [`build`] without the lints, for commands that only use the rules.
+pub fn build_unlinted(dirs: &[PathBuf], with_defaults: bool) -> Result<Build, UsageError> {
+    build_with(dirs, with_defaults, Lints::Skip)
+}
+
+fn build_with(dirs: &[PathBuf], with_defaults: bool, lints: Lints) -> Result<Build, UsageError> {
     let mut layers = Vec::new();
     for dir in dirs {
         let paths = files_with_suffix(dir, ".rules")?;
@@ -317,7 +326,7 @@ pub fn build(dirs: &[PathBuf], with_defaults: bool) -> Result<Build, UsageError>
         }
         layers.push((display_name(dir), files));
     }
-    Ok(build_layers(layers, with_defaults))
+    Ok(build_layers_with(layers, with_defaults, lints))
 }
 
 /// An operator layer in memory: its name and its files as (name, bytes).
@@ -342,6 +351,14 @@ impl From<Vec<u8>> for RulesBytes {
 pub fn build_layers<B: Into<RulesBytes>>(
     operator: Vec<OperatorLayer<B>>,
     with_defaults: bool,
+) -> Build {
+    build_layers_with(operator, with_defaults, Lints::Run)
+}
+
+fn build_layers_with<B: Into<RulesBytes>>(
+    operator: Vec<OperatorLayer<B>>,
+    with_defaults: bool,
+    lints: Lints,
 ) -> Build {
     let mut sources = SourceMap::new();
     let mut layers = Vec::new();
@@ -373,7 +390,7 @@ pub fn build_layers<B: Into<RulesBytes>>(
             is_default: true,
         });
     }
-    compile::compile(sources, layers, early)
+    compile::compile_with(sources, layers, early, lints)
 }
 
 #[cfg(test)]
@@ -414,6 +431,29 @@ mod tests {
     }
 
     use super::*;
+
+    /// Issue 16 item 3: the lints ran at every `classify` start (32 s on
+    /// 50,000 identical rules) though only `check` shows warnings. Commands
+    /// that use the rules build them without the lints.
+    #[test]
+    fn only_check_runs_the_lints() {
+        let text = "rule a.x when message has \"quota\" => rate_limit\n\
+                    rule a.y when message has \"quota\" => billing\n";
+        let layer = || {
+            vec![(
+                "ops".to_string(),
+                vec![("ops.rules".to_string(), text.as_bytes().to_vec())],
+            )]
+        };
+        let linted = build_layers(layer(), true);
+        assert!(linted
+            .diagnostics
+            .iter()
+            .any(|d| d.code == crate::diag::Code::W001));
+        let used = build_layers_with(layer(), true, Lints::Skip);
+        assert!(used.diagnostics.is_empty(), "{:?}", used.diagnostics);
+        assert!(used.ruleset.is_some());
+    }
 
     #[test]
     fn embedded_list_matches_the_rules_directory() {

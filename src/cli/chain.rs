@@ -77,7 +77,7 @@ pub enum SourceArg {
 
 pub fn run(args: &ChainArgs) -> CmdResult {
     let request = request(args)?;
-    let build = load::build(&args.rules.dirs, !args.rules.no_defaults)?;
+    let build = load::build_unlinted(&args.rules.dirs, !args.rules.no_defaults)?;
     let policies = match &build.ruleset {
         Some(r) if !build.has_errors() => r.selections.clone(),
         None if build.diagnostics.is_empty() => {

@@ -90,9 +90,29 @@ impl Build {
     }
 }
 
-/// Parses and compiles every layer. `early` holds diagnostics found while
-/// loading (unreadable bytes); files they concern are not parsed.
+/// Whether compiling runs the lints (W001, W002): `check` wants them; a
+/// command that only uses the rules (`classify`, `test`, `simulate`,
+/// `chain`) prints errors only, so it skips them and starts faster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lints {
+    Run,
+    Skip,
+}
+
+/// Parses and compiles every layer, with the lints. `early` holds
+/// diagnostics found while loading (unreadable bytes); files they concern
+/// are not parsed.
 pub fn compile(sources: SourceMap, layers: Vec<Layer>, early: Vec<Diagnostic>) -> Build {
+    compile_with(sources, layers, early, Lints::Run)
+}
+
+/// [`compile`], running the lints or not.
+pub fn compile_with(
+    sources: SourceMap,
+    layers: Vec<Layer>,
+    early: Vec<Diagnostic>,
+    lints: Lints,
+) -> Build {
     let skip: Vec<FileId> = early.iter().map(|d| d.span.file).collect();
     let mut diags = early;
     let mut files: Vec<(usize, ast::RuleFile)> = Vec::new();
@@ -111,6 +131,7 @@ pub fn compile(sources: SourceMap, layers: Vec<Layer>, early: Vec<Diagnostic>) -
         layers: &layers,
         diags,
         prebuilt: prebuild_regexes(&files),
+        lints,
     };
     let ruleset = cx.build(&files);
     let mut diagnostics = cx.diags;
@@ -250,6 +271,7 @@ struct Compiler<'a> {
     layers: &'a [Layer],
     diags: Vec<Diagnostic>,
     prebuilt: Prebuilt,
+    lints: Lints,
 }
 
 impl Compiler<'_> {
@@ -337,9 +359,10 @@ impl Compiler<'_> {
             }
         }
 
-        let lints = shadow::lint(&rules);
-        self.diags.extend(lints);
-        self.diags.extend(atoms::lint_slow_regexes(&rules));
+        if self.lints == Lints::Run {
+            self.diags.extend(shadow::lint(&rules));
+            self.diags.extend(atoms::lint_slow_regexes(&rules));
+        }
 
         Some(Ruleset {
             reasons,
