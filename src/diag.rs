@@ -324,6 +324,19 @@ fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
+/// `4 MiB`, `1.0 GiB`, `512 bytes`.
+pub fn bytes_shown(n: u64) -> String {
+    const KIB: u64 = 1024;
+    match n {
+        n if n >= KIB * KIB * KIB => format!("{:.1} GiB", n as f64 / (KIB * KIB * KIB) as f64),
+        n if n >= KIB * KIB && n % (KIB * KIB) == 0 => format!("{} MiB", n / (KIB * KIB)),
+        n if n >= KIB * KIB => format!("{:.1} MiB", n as f64 / (KIB * KIB) as f64),
+        n if n >= KIB && n % KIB == 0 => format!("{} KiB", n / KIB),
+        n if n >= KIB => format!("{:.1} KiB", n as f64 / KIB as f64),
+        n => format!("{n} bytes"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

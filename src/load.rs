@@ -10,6 +10,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::compile::{self, Build, Layer, Lints};
+pub use crate::diag::bytes_shown;
 use crate::syntax::{display_name, SourceMap, MAX_FILE_BYTES};
 
 /// The embedded default ruleset: `rules/` at build time, as (path, text).
@@ -201,19 +202,6 @@ impl fmt::Display for TooLarge {
 }
 
 impl std::error::Error for TooLarge {}
-
-/// `4 MiB`, `1.0 GiB`, `512 bytes`.
-pub fn bytes_shown(n: u64) -> String {
-    const KIB: u64 = 1024;
-    match n {
-        n if n >= KIB * KIB * KIB => format!("{:.1} GiB", n as f64 / (KIB * KIB * KIB) as f64),
-        n if n >= KIB * KIB && n % (KIB * KIB) == 0 => format!("{} MiB", n / (KIB * KIB)),
-        n if n >= KIB * KIB => format!("{:.1} MiB", n as f64 / (KIB * KIB) as f64),
-        n if n >= KIB && n % KIB == 0 => format!("{} KiB", n / KIB),
-        n if n >= KIB => format!("{:.1} KiB", n as f64 / KIB as f64),
-        n => format!("{n} bytes"),
-    }
-}
 
 /// The [`TooLarge`] inside an I/O error from [`read_regular`], if that is
 /// what it is.

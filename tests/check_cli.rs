@@ -179,3 +179,51 @@ fn byte_order_marks_are_ignored() {
     let o = failover(&["check", "--rules", d]);
     assert!(text(&o).contains("b.rules:1:19"), "{}", text(&o));
 }
+
+/// Issue 16 item 4: a 3 MB regex literal was parsed whole before the
+/// compiled-size limit refused it (16.5 s and 1.2 GB). It is now refused
+/// by its length, before parsing, under a 256 MiB address-space cap.
+#[test]
+fn a_huge_regex_is_refused_by_its_length_first() {
+    let dir = temp_dir("bigregex");
+    let pattern: String = (0..3_000_000u32)
+        .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
+        .collect();
+    std::fs::write(
+        dir.join("x.rules"),
+        format!("rule b.re when message matches /{pattern}/ => rate_limit\n"),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 262144 && exec \"$@\"")
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_failover"))
+        .args(["check", "--rules"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("error[E004]: regex is too long"), "{t}");
+    assert!(
+        t.contains("this pattern is 2.9 MiB; the limit is 32 KiB"),
+        "{t}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    // Short patterns that would compile too big are still refused by the
+    // compiled-size limit, at once.
+    std::fs::write(
+        dir.join("x.rules"),
+        "rule b.re when message matches /(a{1000}){1000}/ => rate_limit\n",
+    )
+    .unwrap();
+    let o = failover(&["check", "--rules", dir.to_str().unwrap()]);
+    assert!(
+        text(&o).contains("the compiled pattern would exceed"),
+        "{}",
+        text(&o)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -41,6 +41,12 @@ pub use selection::{
 /// refused with E004 instead of slowing every classification down (the
 /// `regex` crate's own default is 10 MB).
 const REGEX_SIZE_LIMIT: usize = 8 << 20;
+/// A regex longer than this (as written) is refused with E004 before it is
+/// parsed: the regex parser holds a node of about 400 bytes per character,
+/// so a 3 MB literal took 1.2 GB and seconds just to be found too big. The
+/// longest default regex is under 200 bytes; long word lists belong in
+/// `has any [...]`, which has no such cost.
+pub const MAX_REGEX_BYTES: usize = 32 << 10;
 const REGEX_NEST_LIMIT: u32 = 64;
 
 /// One priority layer of rules files.
@@ -169,7 +175,9 @@ fn prebuild_regexes(files: &[(usize, ast::RuleFile)]) -> Prebuilt {
                     ..
                 }) = &p.operand
                 {
-                    if flags.node.chars().all(|f| REGEX_FLAGS.contains(f)) {
+                    if flags.node.chars().all(|f| REGEX_FLAGS.contains(f))
+                        && pattern.len() <= MAX_REGEX_BYTES
+                    {
                         out.push((pattern, &flags.node));
                     }
                 }
@@ -969,6 +977,18 @@ impl Compiler<'_> {
                 Diagnostic::new(Code::E004, fspan, format!("unknown regex flag `{other}`"))
                     .label("not a flag")
                     .help("flags are `i` (the default), `c` (case-sensitive), `s`, `m` and `x`"),
+            );
+            return None;
+        }
+        if pattern.len() > MAX_REGEX_BYTES {
+            self.push(
+                Diagnostic::new(Code::E004, span, "regex is too long")
+                    .label(format!(
+                        "this pattern is {}; the limit is {}",
+                        diag::bytes_shown(pattern.len() as u64),
+                        diag::bytes_shown(MAX_REGEX_BYTES as u64)
+                    ))
+                    .help("a long list of alternatives reads better, and compiles far faster, as `message has any [\"a\", \"b\", …]`"),
             );
             return None;
         }
