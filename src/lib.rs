@@ -30,6 +30,7 @@ pub mod diag;
 pub mod golden;
 pub mod load;
 pub mod policy;
+pub mod redact;
 pub mod run;
 pub mod store;
 pub mod syntax;
