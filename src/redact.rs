@@ -1,5 +1,5 @@
 //! The one redaction of secrets in everything failover prints (SPEC
-//! R16.11), for text that did not come through a [`Secret`]
+//! R16.11), for text that did not come through a `Secret`
 //! (`crate::store::Secret`): config keys and source lines, rules source
 //! lines, profile ids and model names in `status` and `chain`, provider
 //! errors that echo a key.
@@ -23,7 +23,28 @@
 
 use std::borrow::Cow;
 
-use crate::store::Secret;
+/// Below this length a masked secret shows nothing: seven shown characters
+/// of a twelve-character secret would give most of it away.
+const MIN_LEN_TO_SHOW_ENDS: usize = 16;
+
+/// How a secret is shown: `sk-…abcd` for a long one (its first three and
+/// last four characters), `…` for a short one. The ends shown are the
+/// secret's, with control characters as `?`: a pasted key that ends in a
+/// newline or a terminal escape must not move the cursor of whoever reads
+/// `status`. `crate::store::Secret::masked` is this.
+pub fn mask(secret: &str) -> String {
+    let chars: Vec<char> = secret.chars().collect();
+    if chars.len() < MIN_LEN_TO_SHOW_ENDS {
+        return "…".into();
+    }
+    let shown = |cs: &[char]| -> String {
+        cs.iter()
+            .map(|&c| if c.is_control() { '?' } else { c })
+            .collect()
+    };
+    let (head, tail) = (shown(&chars[..3]), shown(&chars[chars.len() - 4..]));
+    format!("{head}…{tail}")
+}
 
 /// Whether a source line may hold a secret, so it must not be quoted back
 /// in a message (SPEC R16.11): it sets a key whose name says it holds one
@@ -271,7 +292,7 @@ pub fn redact(text: &str) -> Cow<'_, str> {
         let len = tail.find(|c| !is_token(c)).unwrap_or(tail.len());
         let (token, mut after) = tail.split_at(len);
         if looks_like_secret(token) {
-            out.push_str(&Secret::new(token).masked());
+            out.push_str(&mask(token));
         } else {
             out.push_str(token);
         }

@@ -227,3 +227,36 @@ fn a_huge_regex_is_refused_by_its_length_first() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 16 item 6: rules diagnostics quoted whole source lines, comments
+/// included, so a key pasted into a rules comment was printed by `check`.
+/// A line that may hold a secret is not quoted (as config errors do), and
+/// words the messages quote are masked when shaped like a key; where the
+/// problem is (file:line:col) is still said.
+#[test]
+fn diagnostics_do_not_quote_secrets() {
+    let dir = temp_dir("secrets");
+    let key = "sk-proj-FAKEq8Kd93jLqP0xZ7vB2nM4cT6yW1eR5uI";
+    std::fs::write(
+        dir.join("a.rules"),
+        format!(
+            "rule a.one when message has \"x\" => rate_limt # old key {key}\n\
+             rule a.two when message has \"y\" => {key}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("b.rules"),
+        format!("rule a.three when status == 429 {key} => rate_limit\n"),
+    )
+    .unwrap();
+    let o = failover(&["check", "--rules", dir.to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(!t.contains("FAKE"), "{t}");
+    for at in ["a.rules:1:", "a.rules:2:", "b.rules:1:"] {
+        assert!(t.contains(at), "{at} missing:\n{t}");
+    }
+    assert!(t.contains("(line not shown: it may hold a secret)"), "{t}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
