@@ -355,24 +355,34 @@ pub fn scrub_known(text: &str, secrets: &[String]) -> String {
     // Which bytes of `text` belong to some secret.
     let mut hidden = vec![false; hay.len()];
     let mut any = false;
-    for secret in secrets {
-        let s = secret.to_ascii_lowercase();
-        let s = s.as_bytes();
-        if s.is_empty() {
-            continue;
-        }
-        let piece = MIN_SECRET_PIECE.min(s.len());
-        if hay.len() < piece {
-            continue;
-        }
-        // Every window of `piece` bytes of the secret, to look up each
-        // window of the text in.
-        let windows: std::collections::HashSet<&[u8]> = s.windows(piece).collect();
-        for (i, w) in hay.windows(piece).enumerate() {
+    let lowered: Vec<Vec<u8>> = secrets
+        .iter()
+        .map(|s| s.to_ascii_lowercase().into_bytes())
+        .filter(|s| !s.is_empty())
+        .collect();
+    // Every window of MIN_SECRET_PIECE bytes of every long secret, in one
+    // set, so the text is read once whatever the number of secrets.
+    let windows: std::collections::HashSet<&[u8]> = lowered
+        .iter()
+        .filter(|s| s.len() >= MIN_SECRET_PIECE)
+        .flat_map(|s| s.windows(MIN_SECRET_PIECE))
+        .collect();
+    if !windows.is_empty() && hay.len() >= MIN_SECRET_PIECE {
+        for (i, w) in hay.windows(MIN_SECRET_PIECE).enumerate() {
             if windows.contains(w) {
-                hidden[i..i + piece].iter_mut().for_each(|h| *h = true);
+                hidden[i..i + MIN_SECRET_PIECE]
+                    .iter_mut()
+                    .for_each(|h| *h = true);
                 any = true;
             }
+        }
+    }
+    // Short secrets: whole only.
+    for s in lowered.iter().filter(|s| s.len() < MIN_SECRET_PIECE) {
+        let finder = memchr::memmem::Finder::new(s);
+        for i in finder.find_iter(hay) {
+            hidden[i..i + s.len()].iter_mut().for_each(|h| *h = true);
+            any = true;
         }
     }
     if !any {

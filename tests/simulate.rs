@@ -182,3 +182,41 @@ turns:
         assert!(!text.contains("SECRET"), "{text}");
     }
 }
+
+// Issue 16 item 7: a provider error that echoes a stored key upper-cased,
+// or only its first 30 characters, reached `simulate` output and notices
+// (scrubbing removed exact matches only). R16.11.
+#[test]
+fn r16_11_partial_and_case_changed_echoes_are_scrubbed() {
+    let key = "sk-fake-q8Kd93jLqP0xZ7vB2nM4cT6yW1eR5uI";
+    let upper = key.to_ascii_uppercase();
+    let head = &key[..30];
+    let tail = &key[key.len() - 14..];
+    let p = scenario_file(
+        "secret-echo.yaml",
+        &format!(
+            "
+config: {{ agents: {{ defaults: {{ model: {{ primary: a/x, fallbacks: [b/y, c/z] }} }} }} }}
+profiles: {{ 'a:default': {key}, 'b:default': {key}, 'c:default': {key} }}
+turns:
+  - outcomes:
+      - {{ match: a/x, error: {{ message: 'weird failure for {upper}' }} }}
+      - {{ match: b/y, error: {{ status: 401, message: 'Incorrect API key provided: {head}…' }} }}
+      - {{ match: c/z, error: {{ status: 401, message: 'key ending {tail} is revoked' }} }}
+"
+        ),
+    );
+    for json in [false, true] {
+        let mut c = bin();
+        c.arg("simulate").arg(&p);
+        if json {
+            c.arg("--json");
+        }
+        let out = c.output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains("<redacted>"), "{text}");
+        for piece in [&key[8..20], &upper[8..20], &key[20..32]] {
+            assert!(!text.contains(piece), "`{piece}` in:\n{text}");
+        }
+    }
+}
