@@ -338,6 +338,27 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     Cow::Owned(done)
 }
 
+/// [`redact`] on every string of a JSON value, object keys included.
+pub fn redact_json(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => {
+            if let Cow::Owned(r) = redact(s) {
+                *s = r;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact_json),
+        Value::Object(map) => {
+            let old = std::mem::take(map);
+            for (k, mut v) in old {
+                redact_json(&mut v);
+                map.insert(redact(&k).into_owned(), v);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Pieces of a stored secret this long or longer are removed wherever they
 /// occur: a provider that echoes only the first 30 characters of a key, or
 /// its last 12, must not get them printed. Shorter pieces would match

@@ -78,12 +78,13 @@ pub fn run(args: &StatusArgs) -> CmdResult {
     let report =
         gather(&store, &args.state, &routing, now).map_err(|e| UsageError(e.to_string()))?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&to_json(&report)).expect("JSON")
-        );
+        // Ids and names shaped like keys (a profile id that is a pasted
+        // key, an order entry, a model) are masked like values (R16.11).
+        let mut json = to_json(&report);
+        crate::redact::redact_json(&mut json);
+        println!("{}", serde_json::to_string_pretty(&json).expect("JSON"));
     } else {
-        print!("{}", render(&report));
+        print!("{}", crate::redact::redact(&render(&report)));
     }
     Ok(i32::from(!report.problems.is_empty()))
 }
