@@ -139,7 +139,8 @@ pub fn files_with_suffix(dir: &Path, suffix: &str) -> Result<Vec<PathBuf>, Usage
         )));
     }
     let mut out = Vec::new();
-    walk(dir, suffix, &mut out)?;
+    let mut within = vec![std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())];
+    walk(dir, suffix, &mut out, &mut within)?;
     out.sort_by(|a, b| {
         a.as_os_str()
             .as_encoded_bytes()
@@ -148,7 +149,16 @@ pub fn files_with_suffix(dir: &Path, suffix: &str) -> Result<Vec<PathBuf>, Usage
     Ok(out)
 }
 
-fn walk(dir: &Path, suffix: &str, out: &mut Vec<PathBuf>) -> Result<(), UsageError> {
+/// `within`: the real paths of the directories being walked, outermost
+/// first. A symlink to a directory is followed (its files count, in path
+/// order as if it were a directory), unless it leads back into one of
+/// them: that loop is refused, never skipped in silence.
+fn walk(
+    dir: &Path,
+    suffix: &str,
+    out: &mut Vec<PathBuf>,
+    within: &mut Vec<PathBuf>,
+) -> Result<(), UsageError> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
         UsageError(format!(
             "cannot read directory `{}`: {}",
@@ -172,8 +182,26 @@ fn walk(dir: &Path, suffix: &str, out: &mut Vec<PathBuf>) -> Result<(), UsageErr
                 plain_io(&e)
             ))
         })?;
-        if ty.is_dir() {
-            walk(&path, suffix, out)?;
+        let is_dir =
+            ty.is_dir() || (ty.is_symlink() && std::fs::metadata(&path).is_ok_and(|m| m.is_dir()));
+        if is_dir {
+            let real = std::fs::canonicalize(&path).map_err(|e| {
+                UsageError(format!(
+                    "cannot read directory `{}`: {}",
+                    display_name(&path),
+                    plain_io(&e)
+                ))
+            })?;
+            if let Some(outer) = within.iter().find(|w| **w == real) {
+                return Err(UsageError(format!(
+                    "`{}` is a symlink loop: it leads back to `{}`",
+                    display_name(&path),
+                    display_name(outer)
+                )));
+            }
+            within.push(real);
+            walk(&path, suffix, out, within)?;
+            within.pop();
         } else if path.to_string_lossy().ends_with(suffix) {
             out.push(path);
         }
@@ -419,6 +447,28 @@ mod tests {
     }
 
     use super::*;
+
+    /// Issue 16 item 9: a symlinked subdirectory of a rules directory was
+    /// skipped in silence (0 rules, exit 0). It is followed; a symlink
+    /// that loops back is refused with a message naming it.
+    #[cfg(unix)]
+    #[test]
+    fn symlinked_subdirectories_are_followed_and_loops_refused() {
+        let root = std::env::temp_dir().join(format!("failover-symdir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let (rules, shared) = (root.join("rules"), root.join("shared"));
+        std::fs::create_dir_all(&rules).unwrap();
+        std::fs::create_dir_all(&shared).unwrap();
+        std::fs::write(shared.join("a.rules"), "# shared\n").unwrap();
+        std::os::unix::fs::symlink(&shared, rules.join("linked")).unwrap();
+        let found = files_with_suffix(&rules, ".rules").unwrap();
+        assert_eq!(found, vec![rules.join("linked").join("a.rules")]);
+        std::os::unix::fs::symlink(&rules, shared.join("back")).unwrap();
+        let err = files_with_suffix(&rules, ".rules").unwrap_err().0;
+        assert!(err.contains("is a symlink loop"), "{err}");
+        assert!(err.contains("back"), "{err}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     /// Issue 16 item 3: the lints ran at every `classify` start (32 s on
     /// 50,000 identical rules) though only `check` shows warnings. Commands
