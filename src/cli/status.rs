@@ -89,6 +89,40 @@ pub fn run(args: &StatusArgs) -> CmdResult {
     Ok(i32::from(!report.problems.is_empty()))
 }
 
+/// The `<file>.corrupt-<ms>` copies of damaged state files kept beside
+/// them: while one exists, something was damaged and nobody has looked
+/// (the live file may even be the damaged one, when the rewrite after the
+/// copy failed), so `status` names each and exits 1.
+fn quarantined(store: &FileStore) -> Vec<String> {
+    let paths = store.paths();
+    let mut live: Vec<&std::path::Path> = vec![&paths.profiles, &paths.state, &paths.sessions];
+    live.extend(paths.legacy_profiles.as_deref());
+    let mut out = Vec::new();
+    for file in live {
+        let (Some(dir), Some(name)) = (file.parent(), file.file_name()) else {
+            continue;
+        };
+        let prefix = format!("{}.corrupt-", name.to_string_lossy());
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        let mut found: Vec<String> = entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&prefix))
+            .collect();
+        found.sort();
+        for n in found {
+            out.push(format!(
+                "`{}` holds a damaged copy of `{}` kept aside: inspect it, then delete it",
+                display_name(&dir.join(&n)),
+                display_name(file)
+            ));
+        }
+    }
+    out
+}
+
 fn gather(
     store: &FileStore,
     root: &std::path::Path,
@@ -108,11 +142,12 @@ fn gather(
         .iter()
         .map(|p| order_profiles(routing, &profiles, &state, p, None, now))
         .collect();
-    let problems = store
+    let mut problems: Vec<String> = store
         .take_problems()
         .iter()
         .map(ToString::to_string)
         .collect();
+    problems.extend(quarantined(store));
     Ok(Report {
         root: display_name(root),
         agent: store.agent_id().into(),

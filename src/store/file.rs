@@ -11,7 +11,8 @@
 //! are never modified.
 //!
 //! Nothing on disk is destroyed by an update: a file that is not JSON is
-//! moved aside first, entries that do not parse are written back verbatim,
+//! copied aside first (never moved: the live path always holds a file,
+//! even when the rewrite then fails), entries that do not parse are written back verbatim,
 //! and when an edit to routing state replaces such an entry (new stats
 //! recorded for a profile whose record was malformed) the file as it was
 //! is first copied to `<file>.corrupt-<ms>` and a [`Problem`] names the
@@ -24,7 +25,6 @@
 //! `update_state` writes `agents/main/agent/auth-state.json` from those
 //! stats plus the edit, and from then on the new file is the one read.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -266,10 +266,23 @@ impl FileStore {
         target
     }
 
-    /// Moves a damaged file aside to `<file>.corrupt-<ms>`.
-    fn quarantine(&self, path: &Path, detail: String) -> Result<(), StoreError> {
+    /// Keeps a damaged file aside as `<file>.corrupt-<ms>`: a durable copy
+    /// (same mode), not a rename, so the live path is never empty. The
+    /// update's own atomic write then replaces the live file; if that
+    /// write fails (disk full), the damaged file is still where it was and
+    /// `status` names the copy.
+    fn quarantine(
+        &self,
+        path: &Path,
+        mode: u32,
+        limit: u64,
+        detail: String,
+    ) -> Result<(), StoreError> {
+        let bytes =
+            crate::load::read_regular(path, limit).map_err(|e| StoreError::io("read", path, &e))?;
         let target = self.aside_path(path);
-        fs::rename(path, &target).map_err(|e| StoreError::io("move aside", path, &e))?;
+        write_atomic_with(&target, &bytes, mode, None)
+            .map_err(|e| StoreError::io("move aside", path, &e))?;
         self.report(vec![Problem::Corrupt {
             path: path.into(),
             detail,
@@ -320,7 +333,7 @@ impl FileStore {
         let (mut doc, before) = match read_json(path, T::MAX_BYTES)? {
             Read::Missing => (initial(self)?, None),
             Read::Corrupt(detail) => {
-                self.quarantine(path, detail)?;
+                self.quarantine(path, T::MODE, T::MAX_BYTES, detail)?;
                 (T::default(), None)
             }
             Read::Json(v) => match T::parse(v, path, &mut problems) {
@@ -329,7 +342,7 @@ impl FileStore {
                     (doc, Some(before))
                 }
                 Err(detail) => {
-                    self.quarantine(path, detail)?;
+                    self.quarantine(path, T::MODE, T::MAX_BYTES, detail)?;
                     (T::default(), None)
                 }
             },
@@ -444,6 +457,7 @@ mod tests {
     use super::*;
     use crate::store::{ManualClock, Profile, StoreExt};
     use serde_json::json;
+    use std::fs;
 
     fn tmp(name: &str) -> PathBuf {
         let nanos = std::time::SystemTime::now()
