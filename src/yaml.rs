@@ -95,6 +95,81 @@ impl fmt::Display for YamlRefused {
 
 impl std::error::Error for YamlRefused {}
 
+/// One step of a path into a YAML document: a mapping key or a sequence
+/// index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// The 1-based line and column of the node at `path` in `text` (a text
+/// that passed [`guard`]), for messages about values that typed
+/// deserialization placed nowhere. `None` when there is no such node.
+pub fn position_of(text: &str, path: &[Step]) -> Option<(usize, usize)> {
+    let mut parser = Parser::new_from_str(text);
+    let mut next = move || match parser.next_event() {
+        Some(Ok((e, span))) => Some((e, span.start.line(), span.start.col() + 1)),
+        _ => None,
+    };
+    // Skips the rest of a node whose first event was `first`.
+    fn skip<'t>(
+        first: &Event<'t>,
+        next: &mut impl FnMut() -> Option<(Event<'t>, usize, usize)>,
+    ) -> Option<()> {
+        let mut depth = usize::from(matches!(
+            first,
+            Event::SequenceStart(..) | Event::MappingStart(..)
+        ));
+        while depth > 0 {
+            match next()?.0 {
+                Event::SequenceStart(..) | Event::MappingStart(..) => depth += 1,
+                Event::SequenceEnd | Event::MappingEnd => depth -= 1,
+                _ => {}
+            }
+        }
+        Some(())
+    }
+    let mut node = loop {
+        let n = next()?;
+        if !matches!(n.0, Event::StreamStart | Event::DocumentStart(_)) {
+            break n;
+        }
+    };
+    for step in path {
+        node = match (&node.0, step) {
+            (Event::MappingStart(..), Step::Key(want)) => loop {
+                let key = next()?;
+                match &key.0 {
+                    Event::MappingEnd => return None,
+                    Event::Scalar(k, ..) if k == want => break next()?,
+                    _ => {
+                        skip(&key.0, &mut next)?;
+                        let value = next()?;
+                        skip(&value.0, &mut next)?;
+                    }
+                }
+            },
+            (Event::SequenceStart(..), Step::Index(want)) => {
+                let mut i = 0;
+                loop {
+                    let item = next()?;
+                    if matches!(item.0, Event::SequenceEnd) {
+                        return None;
+                    }
+                    if i == *want {
+                        break item;
+                    }
+                    skip(&item.0, &mut next)?;
+                    i += 1;
+                }
+            }
+            _ => return None,
+        };
+    }
+    Some((node.1, node.2))
+}
+
 /// One open collection: its anchor id (0: none), the nodes in it so far
 /// (aliases counted at their full size) and the height of its tallest
 /// child (aliases at the height of what they name).

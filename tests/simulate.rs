@@ -220,3 +220,26 @@ turns:
         }
     }
 }
+
+// Issue 16 item 11: a turn that goes back in time was accepted and run
+// later than written; it is refused with the line and column of its `at`.
+#[test]
+fn a_turn_back_in_time_is_refused_with_its_position() {
+    let p = scenario_file(
+        "backwards.yaml",
+        "config: { agents: { defaults: { model: { primary: a/x } } } }
+profiles: { 'a:default': sk-fake-aaaa }
+turns:
+  - at: +10m
+  - at: +5m
+",
+    );
+    let out = bin().arg("simulate").arg(&p).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("backwards.yaml`:5:9: turn 2: `at: +5m` is before"),
+        "{err}"
+    );
+    assert!(err.contains("+10m"), "{err}");
+}
