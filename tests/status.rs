@@ -227,3 +227,40 @@ fn secret_shaped_ids_are_masked_in_status_and_chain() {
     }
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// `status` was quadratic in stored profiles: each was looked up in the
+/// provider's order by a scan (150,000 profiles: 47 s). Found by the
+/// issue 16 reader measurements; now a set lookup.
+#[test]
+fn status_is_linear_in_stored_profiles() {
+    let root = std::env::temp_dir().join(format!("failover-status-many-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let agent = root.join("agents/main/agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    let profiles: serde_json::Map<String, Value> = (0..100_000)
+        .map(|i| {
+            (
+                format!("openai:u{i}@example.com"),
+                serde_json::json!({"type": "api_key", "provider": "openai", "key": format!("sk-FAKE-{i:020}")}),
+            )
+        })
+        .collect();
+    std::fs::write(
+        agent.join("auth-profiles.json"),
+        serde_json::json!({"version": 1, "profiles": profiles}).to_string(),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_failover"))
+        .args(["status", "--now", NOW, "--state"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(12),
+        "{:?}",
+        started.elapsed()
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
