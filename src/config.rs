@@ -42,16 +42,16 @@
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
-use std::io::Read as _;
 use std::path::Path;
 
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_yaml::{Mapping, Value};
 
 use crate::diag::did_you_mean;
-use crate::load::plain_io;
+use crate::load::{plain_io, read_regular, too_large};
 use crate::policy::model_ref::shown;
 use crate::policy::ModelRef;
+use crate::redact::{looks_like_secret, may_hold_secret, secret_key_name};
 use crate::syntax::display_name;
 
 /// A gateway config is a few kilobytes; a file over this size is refused
@@ -380,38 +380,24 @@ impl GatewayConfig {
     /// Reads a config file (YAML, or JSON for `.json` files).
     pub fn load(path: &Path) -> Result<LoadedConfig, ConfigError> {
         let name = display_name(path);
-        let file = std::fs::File::open(path).map_err(|e| {
-            ConfigError::io(
-                name.clone(),
-                format!("cannot read config `{name}`: {}", plain_io(&e)),
-            )
-        })?;
-        if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+        if std::fs::metadata(path).map(|m| m.is_dir()).unwrap_or(false) {
             return Err(ConfigError::io(
                 name.clone(),
                 format!("config `{name}` is a directory, not a file"),
             ));
         }
-        // Read one byte past the limit so an oversized file is detected
-        // without reading all of it.
-        let mut bytes = Vec::new();
-        file.take(MAX_CONFIG_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| {
-                ConfigError::io(
-                    name.clone(),
-                    format!("cannot read config `{name}`: {}", plain_io(&e)),
-                )
-            })?;
-        if bytes.len() as u64 > MAX_CONFIG_BYTES {
-            return Err(ConfigError::io(
-                name.clone(),
+        // Refused by its size before anything is read.
+        let bytes = read_regular(path, MAX_CONFIG_BYTES).map_err(|e| {
+            let message = if too_large(&e).is_some() {
                 format!(
                     "config `{name}` is larger than {} KiB; a gateway config is a few kilobytes, is this the right file?",
                     MAX_CONFIG_BYTES / 1024
-                ),
-            ));
-        }
+                )
+            } else {
+                format!("cannot read config `{name}`: {}", plain_io(&e))
+            };
+            ConfigError::io(name.clone(), message)
+        })?;
         let text = String::from_utf8(bytes).map_err(|e| {
             ConfigError::io(
                 name.clone(),
@@ -490,9 +476,9 @@ fn parse_tree(text: &str, format: Format) -> Result<Value, Box<ConfigProblem>> {
             return Err(Box::new(p));
         }
     }
-    if let Err(deep) = yaml_flow_depth_ok(text) {
-        let mut p = ConfigProblem::whole_file(format!("invalid YAML: {deep}"));
-        (p.line, p.column) = (Some(deep.line), Some(deep.column));
+    if let Err(refused) = crate::yaml::guard(text) {
+        let mut p = ConfigProblem::whole_file(format!("invalid YAML: {refused}"));
+        (p.line, p.column) = (Some(refused.line), Some(refused.column));
         return Err(Box::new(p));
     }
     serde_yaml::from_str::<Value>(text).map_err(|e| {
@@ -545,10 +531,19 @@ enum Seg {
     Index(usize),
 }
 
+/// A key path as shown: keys shaped like credentials (a profile id that is
+/// itself a pasted key) are masked like values (SPEC R16.11).
 fn path_string(segs: &[Seg]) -> String {
     let mut out = String::new();
     for seg in segs {
         match seg {
+            Seg::Key(k) if looks_like_secret(k) => {
+                let _ = write!(
+                    out,
+                    "[{}]",
+                    serde_json::Value::String(crate::redact::redact(k).into_owned())
+                );
+            }
             Seg::Key(k) if is_plain_key(k) => {
                 if !out.is_empty() {
                     out.push('.');
@@ -583,234 +578,6 @@ fn found(v: &Value) -> &'static str {
         Value::Mapping(_) => "a mapping",
         Value::Tagged(_) => "a tagged value",
     }
-}
-
-/// Whether a source line may hold a secret, so it must not be quoted back
-/// in a message (SPEC R16.11): it sets a key whose name says it holds one
-/// (`apiKey: …`, `"accessToken": …`, `client-secret: …`), or it holds a
-/// value shaped like a credential whatever its key (`note: sk-…`, a value
-/// on its own line, a one-line JSON object). A false positive only hides
-/// a source line; the path, line and column are still given.
-fn may_hold_secret(line: &str) -> bool {
-    // A key with a `:` in it is a profile id (`openai:api-key-backup`),
-    // whose value is a profile, not a secret; field names have none.
-    line_keys(line)
-        .filter(|k| !k.contains(':'))
-        .any(secret_key_name)
-        || looks_like_secret(line)
-}
-
-/// The mapping keys a source line sets: the text before each `:` that ends
-/// a key (a quoted key, as in JSON, or a plain one followed by a space or
-/// the line end), back to where the key starts. `ollama/monkey:7b` sets
-/// none; `openai:default:` sets `openai:default`.
-fn line_keys(line: &str) -> impl Iterator<Item = &str> {
-    line.match_indices(':').filter_map(move |(i, _)| {
-        let before = line[..i].trim_end_matches([' ', '\t']);
-        if let Some(q) = before.chars().last().filter(|c| matches!(c, '"' | '\'')) {
-            let inner = &before[..before.len() - 1];
-            let start = inner.rfind(q).map_or(0, |s| s + 1);
-            return Some(&inner[start..]);
-        }
-        let after = &line[i + 1..];
-        if !(after.is_empty() || after.starts_with([' ', '\t', '\r'])) {
-            return None;
-        }
-        let start = before
-            .rfind([' ', '\t', '{', '[', ','])
-            .map_or(0, |s| s + 1);
-        Some(&before[start..]).filter(|k| !k.is_empty())
-    })
-}
-
-/// Whether a key's name says its value is a secret, in any spelling:
-/// `apiKey`, `api_key`, `API-KEY`, `apikey`, `accessToken`,
-/// `client_secret`, `privateKey`, `Authorization`, `x-auth-header`,
-/// `bearer`. The name is split into lower-cased words (at camelCase
-/// humps and at `_`, `-`, `.`, spaces); it is a secret when a word is one
-/// of [`SECRET_KEY_WORDS`], or when the words run together contain one of
-/// [`SECRET_KEY_PARTS`]. The keys this file reads (`auth`, `order`,
-/// `profiles`, `primary`, `fallbacks`, `authPermanentBackoffMinutes`, …)
-/// match neither.
-fn secret_key_name(key: &str) -> bool {
-    let words = key_words(key);
-    let joined = words.concat();
-    SECRET_KEY_PARTS.iter().any(|p| joined.contains(p))
-        || words.iter().any(|w| SECRET_KEY_WORDS.contains(&w.as_str()))
-}
-
-/// Parts of a key name that mark a secret wherever they occur: `key`
-/// catches `apiKey`, `privateKey`, `x-api-key`, `keyfile` (and `monkey`,
-/// a false positive that only hides a line).
-const SECRET_KEY_PARTS: &[&str] = &[
-    "key",
-    "token",
-    "secret",
-    "password",
-    "passwd",
-    "passphrase",
-    "bearer",
-    "authorization",
-    "authheader",
-    "credential",
-    "private",
-    "cookie",
-];
-
-/// Words that mark a secret only as a whole word (`refresh`, `access`:
-/// OAuth token fields; as parts they would catch harmless names). `auth`
-/// is not one: it is a section this file reads.
-const SECRET_KEY_WORDS: &[&str] = &["access", "refresh", "pass", "pwd", "pat", "jwt"];
-
-/// A key name as lower-cased words: `accessToken` → `access`, `token`;
-/// `APIKey` → `api`, `key`; `client-secret` → `client`, `secret`.
-fn key_words(key: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let chars: Vec<char> = key.chars().collect();
-    for (i, &c) in chars.iter().enumerate() {
-        if !c.is_alphanumeric() {
-            if !word.is_empty() {
-                words.push(std::mem::take(&mut word));
-            }
-            continue;
-        }
-        let prev = i.checked_sub(1).map(|j| chars[j]);
-        let next = chars.get(i + 1).copied();
-        let hump = c.is_uppercase()
-            && prev.is_some_and(|p| {
-                p.is_lowercase()
-                    || p.is_ascii_digit()
-                    || (p.is_uppercase() && next.is_some_and(char::is_lowercase))
-            });
-        if hump && !word.is_empty() {
-            words.push(std::mem::take(&mut word));
-        }
-        word.extend(c.to_lowercase());
-    }
-    if !word.is_empty() {
-        words.push(word);
-    }
-    words
-}
-
-/// Well-known prefixes of issued credentials, with the shortest token
-/// that counts (so a plain word that happens to start the same way does
-/// not): OpenAI/Anthropic/Stripe keys, GitHub, GitLab, Slack, Hugging
-/// Face, npm and PyPI tokens, AWS access key ids, Google API keys, JWTs.
-const SECRET_PREFIXES: &[(&str, usize)] = &[
-    ("sk-", 8),
-    ("sk_", 8),
-    ("rk_", 12),
-    ("ghp_", 12),
-    ("gho_", 12),
-    ("ghu_", 12),
-    ("ghs_", 12),
-    ("ghr_", 12),
-    ("github_pat_", 16),
-    ("glpat-", 12),
-    ("xoxa-", 10),
-    ("xoxb-", 10),
-    ("xoxe", 10),
-    ("xoxp-", 10),
-    ("xoxs-", 10),
-    ("hf_", 20),
-    ("npm_", 20),
-    ("pypi-", 20),
-    ("AKIA", 16),
-    ("ASIA", 16),
-    ("AIza", 20),
-    ("eyJ", 20),
-];
-
-/// Whether text holds a value shaped like a credential: a token with a
-/// well-known prefix ([`SECRET_PREFIXES`]), an HTTP auth scheme with its
-/// credential (`Bearer …`, `Basic …`), a URL with a password
-/// (`https://user:pw@host`), or a long token that looks random
-/// ([`random_token`]). Tokens are the runs of `[A-Za-z0-9_.-]`.
-fn looks_like_secret(text: &str) -> bool {
-    let is_token = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
-    let mut rest = text;
-    while let Some(start) = rest.find(is_token) {
-        let tail = &rest[start..];
-        let len = tail.find(|c| !is_token(c)).unwrap_or(tail.len());
-        let (token, after) = tail.split_at(len);
-        let prefixed = SECRET_PREFIXES.iter().any(|&(p, min)| {
-            token.len() >= min
-                && token.get(..p.len()).is_some_and(|t| {
-                    t == p || (p == p.to_ascii_lowercase() && t.eq_ignore_ascii_case(p))
-                })
-        });
-        // `Bearer <anything>`, `Basic <base64>`: the scheme word, a space,
-        // then the credential.
-        let credential = after.trim_start_matches([' ', '\t']);
-        let spaced = credential.len() < after.len();
-        let scheme = spaced
-            && if token.eq_ignore_ascii_case("bearer") {
-                credential.starts_with(|c: char| !c.is_whitespace() && c != '#')
-            } else if token.eq_ignore_ascii_case("basic") {
-                credential
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=')))
-                    .unwrap_or(credential.len())
-                    >= 8
-            } else {
-                false
-            };
-        if prefixed || scheme || random_token(token) {
-            return true;
-        }
-        rest = after;
-    }
-    // `scheme://user:password@host`
-    text.match_indices("://").any(|(i, _)| {
-        let authority = &text[i + 3..];
-        let authority = &authority[..authority
-            .find(|c: char| c == '/' || c.is_whitespace() || matches!(c, '"' | '\''))
-            .unwrap_or(authority.len())];
-        authority
-            .rfind('@')
-            .is_some_and(|at| authority[..at].contains(':'))
-    })
-}
-
-/// Whether a token looks random rather than like a name: 24 characters or
-/// more, with letters and digits (or with upper and lower case letters
-/// each a quarter of it), and either a piece between `-`, `_`, `.` of 16
-/// characters or more that mixes kinds (lower case, upper case, digits),
-/// or 8 switches of kind or more inside pieces. Model ids are short
-/// pieces of one kind (`claude-3-5-sonnet-20241022`,
-/// `Llama-3.2-11B-Vision-Instruct-Turbo`), and camelCase key names have no
-/// digits and few capitals; a random 32-character key passes nearly
-/// always (see the tests).
-fn random_token(token: &str) -> bool {
-    if token.len() < 24 {
-        return false;
-    }
-    let count = |f: fn(&u8) -> bool| token.bytes().filter(f).count();
-    let (lower, upper, digits) = (
-        count(u8::is_ascii_lowercase),
-        count(u8::is_ascii_uppercase),
-        count(u8::is_ascii_digit),
-    );
-    let mixed_case = lower * 4 >= token.len() && upper * 4 >= token.len();
-    if lower + upper == 0 || (digits == 0 && !mixed_case) {
-        return false;
-    }
-    let kind = |b: u8| match b {
-        b'a'..=b'z' => 0,
-        b'A'..=b'Z' => 1,
-        _ => 2,
-    };
-    let mut switches = 0;
-    for piece in token.split(['-', '_', '.']) {
-        let b = piece.as_bytes();
-        let piece_switches = b.windows(2).filter(|w| kind(w[0]) != kind(w[1])).count();
-        if b.len() >= 16 && piece_switches > 0 {
-            return true;
-        }
-        switches += piece_switches;
-    }
-    switches >= 8
 }
 
 /// A value from the file for a message, or `None` when it looks like a
@@ -1505,63 +1272,6 @@ fn key_text(k: &Value) -> Option<&str> {
     }
 }
 
-/// How deep `[` / `{` may nest in a YAML file this tool reads. The YAML
-/// parser refuses depth past its own recursion limit, but only after a
-/// scan that takes quadratic time (300,000 `[` ran for minutes).
-pub const YAML_MAX_FLOW_DEPTH: usize = 64;
-
-/// YAML nested deeper than [`YAML_MAX_FLOW_DEPTH`]: where (1-based) the
-/// bracket that goes past it stands.
-#[derive(Debug, PartialEq, Eq)]
-pub struct YamlTooDeep {
-    pub line: usize,
-    pub column: usize,
-}
-
-impl std::fmt::Display for YamlTooDeep {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "`[` / `{{` nested more than {YAML_MAX_FLOW_DEPTH} deep")
-    }
-}
-
-/// Checks, in one pass, that flow collections (`[`, `{`) outside quoted
-/// scalars and comments nest at most [`YAML_MAX_FLOW_DEPTH`] deep.
-pub fn yaml_flow_depth_ok(text: &str) -> Result<(), YamlTooDeep> {
-    let (mut depth, mut line, mut col) = (0usize, 1usize, 0usize);
-    let mut quote: Option<char> = None;
-    let mut comment = false;
-    let mut prev = '\n';
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        col += 1;
-        if c == '\n' {
-            (line, col, comment, prev) = (line + 1, 0, false, c);
-            continue;
-        }
-        match (quote, c) {
-            _ if comment => {}
-            (Some('"'), '\\') => {
-                chars.next();
-                col += 1;
-            }
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '"' | '\'') => quote = Some(c),
-            (None, '#') if prev.is_whitespace() => comment = true,
-            (None, '[' | '{') => {
-                depth += 1;
-                if depth > YAML_MAX_FLOW_DEPTH {
-                    return Err(YamlTooDeep { line, column: col });
-                }
-            }
-            (None, ']' | '}') => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        prev = c;
-    }
-    Ok(())
-}
-
 /// Finds the line and column of the node at `path` (or of its last key,
 /// when `at_key`) by deserializing `text` with a visitor that walks to it
 /// and fails there; the YAML deserializer stamps the failure with the
@@ -1742,36 +1452,19 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::redact::{key_words, random_token};
 
-    /// Flow nesting past the limit is refused before the YAML parser sees
-    /// it (that parser takes quadratic time on deep input); brackets in
-    /// quotes and comments do not count.
+    /// Nesting past the limit is refused before the YAML parser sees it
+    /// (that parser takes quadratic time on deep input), with line:col.
     #[test]
-    fn deep_flow_nesting_is_refused_up_front() {
-        let ok = format!("a: {}{}", "[".repeat(64), "]".repeat(64));
-        assert_eq!(yaml_flow_depth_ok(&ok), Ok(()));
-        let deep = format!("x: 1\na: {}", "[".repeat(65));
-        assert_eq!(
-            yaml_flow_depth_ok(&deep),
-            Err(YamlTooDeep {
-                line: 2,
-                column: 68
-            })
-        );
-        let quoted = format!(
-            "a: \"{}\"\nb: '{}'\nc: 1 # {}\nd: \"\\\"{}\"",
-            "[".repeat(100),
-            "{".repeat(100),
-            "[".repeat(100),
-            "[".repeat(100)
-        );
-        assert_eq!(yaml_flow_depth_ok(&quoted), Ok(()));
-        let text = format!("agents: {}", "[".repeat(300_000));
+    fn deep_nesting_is_refused_up_front() {
+        let text = format!("note: don't\nagents: {}", "[".repeat(300_000));
         let err = GatewayConfig::parse(&text, Format::Yaml, "deep.yaml").unwrap_err();
         assert!(
             err.to_string().contains("nested more than 64 deep"),
             "{err}"
         );
+        assert!(err.to_string().contains("deep.yaml:2:"), "{err}");
     }
 
     fn read(text: &str) -> LoadedConfig {

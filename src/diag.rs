@@ -190,13 +190,21 @@ impl Diagnostic {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        let _ = writeln!(out, "{kind}[{}]: {}", self.code.as_str(), self.title);
-        render_snippet(&mut out, sources, self.span, &self.label, "-->");
+        // Titles, labels and help quote the rules' own words (`found
+        // `…``, `unknown reason `…``): credential-shaped ones are masked.
+        use crate::redact::redact;
+        let _ = writeln!(
+            out,
+            "{kind}[{}]: {}",
+            self.code.as_str(),
+            redact(&self.title)
+        );
+        render_snippet(&mut out, sources, self.span, &redact(&self.label), "-->");
         for note in &self.notes {
-            render_snippet(&mut out, sources, note.span, &note.label, ":::");
+            render_snippet(&mut out, sources, note.span, &redact(&note.label), ":::");
         }
         if let Some(help) = &self.help {
-            let _ = writeln!(out, "  = help: {help}");
+            let _ = writeln!(out, "  = help: {}", redact(help));
         }
         out
     }
@@ -250,6 +258,25 @@ fn render_snippet(out: &mut String, sources: &SourceMap, span: Span, label: &str
         if to < text.len() { "…" } else { "" },
     );
     let _ = writeln!(out, "{pad} |");
+    // What is shown, and a margin around it where a token cut by the
+    // window's edges may continue (checking the whole line would cost its
+    // length per diagnostic).
+    let (mut near_from, mut near_to) = (from.saturating_sub(256), (to + 256).min(text.len()));
+    while !text.is_char_boundary(near_from) {
+        near_from -= 1;
+    }
+    while !text.is_char_boundary(near_to) {
+        near_to += 1;
+    }
+    if crate::redact::may_hold_secret(&text[near_from..near_to]) {
+        // Quoting the line back (a key pasted into a comment, say) would
+        // print the secret: where it is must do (SPEC R16.11).
+        let _ = writeln!(out, "{gutter} | (line not shown: it may hold a secret)");
+        if !label.is_empty() {
+            let _ = writeln!(out, "{pad} = {label}");
+        }
+        return;
+    }
     let _ = writeln!(out, "{gutter} | {before}{}{after}", &text[from..to]);
     let lead: String = before
         .chars()
@@ -322,6 +349,19 @@ fn edit_distance(a: &str, b: &str) -> usize {
         std::mem::swap(&mut prev, &mut cur);
     }
     prev[b.len()]
+}
+
+/// `4 MiB`, `1.0 GiB`, `512 bytes`.
+pub fn bytes_shown(n: u64) -> String {
+    const KIB: u64 = 1024;
+    match n {
+        n if n >= KIB * KIB * KIB => format!("{:.1} GiB", n as f64 / (KIB * KIB * KIB) as f64),
+        n if n >= KIB * KIB && n % (KIB * KIB) == 0 => format!("{} MiB", n / (KIB * KIB)),
+        n if n >= KIB * KIB => format!("{:.1} MiB", n as f64 / (KIB * KIB) as f64),
+        n if n >= KIB && n % KIB == 0 => format!("{} KiB", n / KIB),
+        n if n >= KIB => format!("{:.1} KiB", n as f64 / KIB as f64),
+        n => format!("{n} bytes"),
+    }
 }
 
 #[cfg(test)]

@@ -136,8 +136,11 @@ pub struct FieldFile {
 /// Parses a corpus file (a YAML list of items).
 pub fn parse(name: &str, text: &str) -> Result<FieldFile, String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    if let Err(deep) = crate::config::yaml_flow_depth_ok(text) {
-        return Err(format!("{name}:{}:{}: {deep}", deep.line, deep.column));
+    if let Err(refused) = crate::yaml::guard(text) {
+        return Err(format!(
+            "{name}:{}:{}: {refused}",
+            refused.line, refused.column
+        ));
     }
     let items: Vec<Item> = serde_yaml::from_str(text).map_err(|e| {
         let at = e

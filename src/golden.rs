@@ -81,6 +81,11 @@ impl OneOrMany {
     }
 }
 
+/// Cases files larger than this are refused by their size, unread: the
+/// largest shipped one is about 20 KB, and 4 MiB of YAML is tens of
+/// thousands of cases.
+pub const MAX_CASES_BYTES: u64 = 4 << 20;
+
 /// A cases file: its name and the parsed cases.
 #[derive(Debug, Clone)]
 pub struct CaseFile {
@@ -90,8 +95,11 @@ pub struct CaseFile {
 
 /// Parses a cases file; errors name the file and, where known, the line.
 pub fn parse_cases(name: &str, text: &str) -> Result<CaseFile, String> {
-    if let Err(deep) = crate::config::yaml_flow_depth_ok(text) {
-        return Err(format!("{name}:{}:{}: {deep}", deep.line, deep.column));
+    if let Err(refused) = crate::yaml::guard(text) {
+        return Err(format!(
+            "{name}:{}:{}: {refused}",
+            refused.line, refused.column
+        ));
     }
     let cases: Vec<Case> = serde_yaml::from_str(text).map_err(|e| {
         let at = e
@@ -467,7 +475,17 @@ mod tests {
             "[".repeat(100_000)
         );
         let err = parse_cases("c.yaml", &text).unwrap_err();
-        assert_eq!(err, "c.yaml:1:102: `[` / `{` nested more than 64 deep");
+        assert_eq!(err, "c.yaml:1:293: collections nested more than 64 deep");
+        // Issue 16 item 1: an apostrophe in a plain value before the
+        // brackets switched the former guard off.
+        let text = format!(
+            "- message: don't\n  expect: timeout\n  body: {}{}\n",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let err = parse_cases("c.yaml", &text).unwrap_err();
+        assert!(err.starts_with("c.yaml:3:"), "{err}");
+        assert!(err.ends_with("nested more than 64 deep"), "{err}");
     }
 
     #[test]

@@ -31,9 +31,11 @@ pub mod field;
 pub mod golden;
 pub mod load;
 pub mod policy;
+pub mod redact;
 pub mod run;
 pub mod serve;
 pub mod store;
 pub mod syntax;
+pub mod yaml;
 
 pub use classify::{Body, Classification, Engine, ProviderError};

@@ -9,8 +9,9 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::compile::{self, Build, Layer};
-use crate::syntax::{display_name, SourceMap};
+use crate::compile::{self, Build, Layer, Lints};
+pub use crate::diag::bytes_shown;
+use crate::syntax::{display_name, SourceMap, MAX_FILE_BYTES};
 
 /// The embedded default ruleset: `rules/` at build time, as (path, text).
 /// A unit test checks that this list matches the directory.
@@ -187,7 +188,8 @@ pub fn files_with_suffix(dir: &Path, suffix: &str) -> Result<Vec<PathBuf>, Usage
         )));
     }
     let mut out = Vec::new();
-    walk(dir, suffix, &mut out)?;
+    let mut within = vec![std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())];
+    walk(dir, suffix, &mut out, &mut within)?;
     out.sort_by(|a, b| {
         a.as_os_str()
             .as_encoded_bytes()
@@ -196,7 +198,16 @@ pub fn files_with_suffix(dir: &Path, suffix: &str) -> Result<Vec<PathBuf>, Usage
     Ok(out)
 }
 
-fn walk(dir: &Path, suffix: &str, out: &mut Vec<PathBuf>) -> Result<(), UsageError> {
+/// `within`: the real paths of the directories being walked, outermost
+/// first. A symlink to a directory is followed (its files count, in path
+/// order as if it were a directory), unless it leads back into one of
+/// them: that loop is refused, never skipped in silence.
+fn walk(
+    dir: &Path,
+    suffix: &str,
+    out: &mut Vec<PathBuf>,
+    within: &mut Vec<PathBuf>,
+) -> Result<(), UsageError> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
         UsageError(format!(
             "cannot read directory `{}`: {}",
@@ -220,8 +231,26 @@ fn walk(dir: &Path, suffix: &str, out: &mut Vec<PathBuf>) -> Result<(), UsageErr
                 plain_io(&e)
             ))
         })?;
-        if ty.is_dir() {
-            walk(&path, suffix, out)?;
+        let is_dir =
+            ty.is_dir() || (ty.is_symlink() && std::fs::metadata(&path).is_ok_and(|m| m.is_dir()));
+        if is_dir {
+            let real = std::fs::canonicalize(&path).map_err(|e| {
+                UsageError(format!(
+                    "cannot read directory `{}`: {}",
+                    display_name(&path),
+                    plain_io(&e)
+                ))
+            })?;
+            if let Some(outer) = within.iter().find(|w| **w == real) {
+                return Err(UsageError(format!(
+                    "`{}` is a symlink loop: it leads back to `{}`",
+                    display_name(&path),
+                    display_name(outer)
+                )));
+            }
+            within.push(real);
+            walk(&path, suffix, out, within)?;
+            within.pop();
         } else if path.to_string_lossy().ends_with(suffix) {
             out.push(path);
         }
@@ -229,23 +258,75 @@ fn walk(dir: &Path, suffix: &str, out: &mut Vec<PathBuf>) -> Result<(), UsageErr
     Ok(())
 }
 
-/// Reads a file the operator named, refusing what is not a regular file: a
-/// FIFO would block for ever and `/dev/zero` never ends (a symlink is
-/// followed to what it names).
-pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
-    if !std::fs::metadata(path)?.is_file() {
-        return Err(std::io::Error::new(
+/// A file over the size limit of its kind, refused before it was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TooLarge {
+    /// Its size in bytes.
+    pub size: u64,
+    /// The limit of its kind in bytes.
+    pub limit: u64,
+}
+
+impl fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the file is {} and the limit for it is {}; is this the right file?",
+            bytes_shown(self.size),
+            bytes_shown(self.limit)
+        )
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+/// The [`TooLarge`] inside an I/O error from [`read_regular`], if that is
+/// what it is.
+pub fn too_large(e: &std::io::Error) -> Option<&TooLarge> {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<TooLarge>())
+}
+
+/// Reads a file the operator named, refusing what is not a regular file (a
+/// FIFO would block for ever and `/dev/zero` never ends; a symlink is
+/// followed to what it names) and a file over `limit` bytes, by its size
+/// before reading anything (a 1 GiB sparse file costs nothing to refuse).
+/// At most `limit + 1` bytes are ever read, so a file that grows while it
+/// is read is refused too.
+pub fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let not_regular = || {
+        std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "not a regular file (a FIFO, device, socket or directory)",
-        ));
+        )
+    };
+    // Before opening: opening a FIFO blocks until a writer comes.
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(not_regular());
     }
-    std::fs::read(path)
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(not_regular());
+    }
+    let refuse =
+        |size: u64| std::io::Error::new(std::io::ErrorKind::InvalidData, TooLarge { size, limit });
+    if meta.len() > limit {
+        return Err(refuse(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(refuse(bytes.len() as u64));
+    }
+    Ok(bytes)
 }
 
 /// [`read_regular`] as text, without a leading UTF-8 byte-order mark
 /// (editors on Windows write one); invalid UTF-8 is an error.
-pub fn read_regular_text(path: &Path) -> std::io::Result<String> {
-    let mut bytes = read_regular(path)?;
+pub fn read_regular_text(path: &Path, limit: u64) -> std::io::Result<String> {
+    let mut bytes = read_regular(path, limit)?;
     if bytes.starts_with(crate::syntax::UTF8_BOM) {
         bytes.drain(..crate::syntax::UTF8_BOM.len());
     }
@@ -271,6 +352,15 @@ pub fn plain_io(e: &std::io::Error) -> String {
 /// Loads and compiles: operator directories first (in the order given),
 /// then the embedded defaults unless `with_defaults` is false.
 pub fn build(dirs: &[PathBuf], with_defaults: bool) -> Result<Build, UsageError> {
+    build_with(dirs, with_defaults, Lints::Run)
+}
+
+/// [`build`] without the lints, for commands that only use the rules.
+pub fn build_unlinted(dirs: &[PathBuf], with_defaults: bool) -> Result<Build, UsageError> {
+    build_with(dirs, with_defaults, Lints::Skip)
+}
+
+fn build_with(dirs: &[PathBuf], with_defaults: bool, lints: Lints) -> Result<Build, UsageError> {
     let mut layers = Vec::new();
     for dir in dirs {
         let paths = files_with_suffix(dir, ".rules")?;
@@ -282,33 +372,69 @@ pub fn build(dirs: &[PathBuf], with_defaults: bool) -> Result<Build, UsageError>
         }
         let mut files = Vec::new();
         for path in paths {
-            let bytes = read_regular(&path).map_err(|e| {
-                UsageError(format!(
-                    "cannot read `{}`: {}",
-                    display_name(&path),
-                    plain_io(&e)
-                ))
-            })?;
+            // A file over the limit is an E014 diagnostic, like a file
+            // that is not UTF-8; it is never read.
+            let bytes = match read_regular(&path, MAX_FILE_BYTES as u64) {
+                Ok(bytes) => RulesBytes::Read(bytes),
+                Err(e) if too_large(&e).is_some() => {
+                    RulesBytes::TooLarge(too_large(&e).map_or(0, |t| t.size))
+                }
+                Err(e) => {
+                    return Err(UsageError(format!(
+                        "cannot read `{}`: {}",
+                        display_name(&path),
+                        plain_io(&e)
+                    )))
+                }
+            };
             files.push((display_name(&path), bytes));
         }
         layers.push((display_name(dir), files));
     }
-    Ok(build_layers(layers, with_defaults))
+    Ok(build_layers_with(layers, with_defaults, lints))
 }
 
 /// An operator layer in memory: its name and its files as (name, bytes).
-pub type OperatorLayer = (String, Vec<(String, Vec<u8>)>);
+pub type OperatorLayer<B = Vec<u8>> = (String, Vec<(String, B)>);
+
+/// A rules file's content as read: its bytes, or only its size when it was
+/// over [`MAX_FILE_BYTES`] and so not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RulesBytes {
+    Read(Vec<u8>),
+    TooLarge(u64),
+}
+
+impl From<Vec<u8>> for RulesBytes {
+    fn from(bytes: Vec<u8>) -> Self {
+        RulesBytes::Read(bytes)
+    }
+}
 
 /// Compiles operator layers given as (layer name, [(file name, bytes)]),
 /// highest priority first, then the defaults unless `with_defaults` is false.
-pub fn build_layers(operator: Vec<OperatorLayer>, with_defaults: bool) -> Build {
+pub fn build_layers<B: Into<RulesBytes>>(
+    operator: Vec<OperatorLayer<B>>,
+    with_defaults: bool,
+) -> Build {
+    build_layers_with(operator, with_defaults, Lints::Run)
+}
+
+fn build_layers_with<B: Into<RulesBytes>>(
+    operator: Vec<OperatorLayer<B>>,
+    with_defaults: bool,
+    lints: Lints,
+) -> Build {
     let mut sources = SourceMap::new();
     let mut layers = Vec::new();
     let mut early = Vec::new();
     for (name, files) in operator {
         let mut ids = Vec::new();
         for (file, bytes) in files {
-            let (id, diag) = sources.add_bytes(file, bytes);
+            let (id, diag) = match bytes.into() {
+                RulesBytes::Read(bytes) => sources.add_bytes(file, bytes),
+                RulesBytes::TooLarge(size) => sources.add_too_large(file, size),
+            };
             early.extend(diag);
             ids.push(id);
         }
@@ -329,7 +455,7 @@ pub fn build_layers(operator: Vec<OperatorLayer>, with_defaults: bool) -> Build 
             is_default: true,
         });
     }
-    compile::compile(sources, layers, early)
+    compile::compile_with(sources, layers, early, lints)
 }
 
 #[cfg(test)]
@@ -354,22 +480,67 @@ mod tests {
         // timeout turns that into a failure instead of a hang.
         let (tx, rx) = std::sync::mpsc::channel();
         let path = fifo.clone();
-        std::thread::spawn(move || tx.send(read_regular(&path).map_err(|e| e.kind())));
+        std::thread::spawn(move || tx.send(read_regular(&path, 1 << 20).map_err(|e| e.kind())));
         let got = rx
             .recv_timeout(std::time::Duration::from_secs(20))
             .expect("no block");
         assert_eq!(got, Err(std::io::ErrorKind::InvalidInput));
         assert_eq!(
-            read_regular(Path::new("/dev/zero")).map_err(|e| e.kind()),
+            read_regular(Path::new("/dev/zero"), 1 << 20).map_err(|e| e.kind()),
             Err(std::io::ErrorKind::InvalidInput)
         );
         let plain = dir.join("y.rules");
         std::fs::write(&plain, "# nothing\n").unwrap();
-        assert_eq!(read_regular(&plain).unwrap(), b"# nothing\n");
+        assert_eq!(read_regular(&plain, 1 << 20).unwrap(), b"# nothing\n");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     use super::*;
+
+    /// Issue 16 item 9: a symlinked subdirectory of a rules directory was
+    /// skipped in silence (0 rules, exit 0). It is followed; a symlink
+    /// that loops back is refused with a message naming it.
+    #[cfg(unix)]
+    #[test]
+    fn symlinked_subdirectories_are_followed_and_loops_refused() {
+        let root = std::env::temp_dir().join(format!("failover-symdir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let (rules, shared) = (root.join("rules"), root.join("shared"));
+        std::fs::create_dir_all(&rules).unwrap();
+        std::fs::create_dir_all(&shared).unwrap();
+        std::fs::write(shared.join("a.rules"), "# shared\n").unwrap();
+        std::os::unix::fs::symlink(&shared, rules.join("linked")).unwrap();
+        let found = files_with_suffix(&rules, ".rules").unwrap();
+        assert_eq!(found, vec![rules.join("linked").join("a.rules")]);
+        std::os::unix::fs::symlink(&rules, shared.join("back")).unwrap();
+        let err = files_with_suffix(&rules, ".rules").unwrap_err().0;
+        assert!(err.contains("is a symlink loop"), "{err}");
+        assert!(err.contains("back"), "{err}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// Issue 16 item 3: the lints ran at every `classify` start (32 s on
+    /// 50,000 identical rules) though only `check` shows warnings. Commands
+    /// that use the rules build them without the lints.
+    #[test]
+    fn only_check_runs_the_lints() {
+        let text = "rule a.x when message has \"quota\" => rate_limit\n\
+                    rule a.y when message has \"quota\" => billing\n";
+        let layer = || {
+            vec![(
+                "ops".to_string(),
+                vec![("ops.rules".to_string(), text.as_bytes().to_vec())],
+            )]
+        };
+        let linted = build_layers(layer(), true);
+        assert!(linted
+            .diagnostics
+            .iter()
+            .any(|d| d.code == crate::diag::Code::W001));
+        let used = build_layers_with(layer(), true, Lints::Skip);
+        assert!(used.diagnostics.is_empty(), "{:?}", used.diagnostics);
+        assert!(used.ruleset.is_some());
+    }
 
     #[test]
     fn embedded_list_matches_the_rules_directory() {

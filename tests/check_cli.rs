@@ -179,3 +179,84 @@ fn byte_order_marks_are_ignored() {
     let o = failover(&["check", "--rules", d]);
     assert!(text(&o).contains("b.rules:1:19"), "{}", text(&o));
 }
+
+/// Issue 16 item 4: a 3 MB regex literal was parsed whole before the
+/// compiled-size limit refused it (16.5 s and 1.2 GB). It is now refused
+/// by its length, before parsing, under a 256 MiB address-space cap.
+#[test]
+fn a_huge_regex_is_refused_by_its_length_first() {
+    let dir = temp_dir("bigregex");
+    let pattern: String = (0..3_000_000u32)
+        .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
+        .collect();
+    std::fs::write(
+        dir.join("x.rules"),
+        format!("rule b.re when message matches /{pattern}/ => rate_limit\n"),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 262144 && exec \"$@\"")
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_failover"))
+        .args(["check", "--rules"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("error[E004]: regex is too long"), "{t}");
+    assert!(
+        t.contains("this pattern is 2.9 MiB; the limit is 32 KiB"),
+        "{t}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    // Short patterns that would compile too big are still refused by the
+    // compiled-size limit, at once.
+    std::fs::write(
+        dir.join("x.rules"),
+        "rule b.re when message matches /(a{1000}){1000}/ => rate_limit\n",
+    )
+    .unwrap();
+    let o = failover(&["check", "--rules", dir.to_str().unwrap()]);
+    assert!(
+        text(&o).contains("the compiled pattern would exceed"),
+        "{}",
+        text(&o)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Issue 16 item 6: rules diagnostics quoted whole source lines, comments
+/// included, so a key pasted into a rules comment was printed by `check`.
+/// A line that may hold a secret is not quoted (as config errors do), and
+/// words the messages quote are masked when shaped like a key; where the
+/// problem is (file:line:col) is still said.
+#[test]
+fn diagnostics_do_not_quote_secrets() {
+    let dir = temp_dir("secrets");
+    let key = "sk-proj-FAKEq8Kd93jLqP0xZ7vB2nM4cT6yW1eR5uI";
+    std::fs::write(
+        dir.join("a.rules"),
+        format!(
+            "rule a.one when message has \"x\" => rate_limt # old key {key}\n\
+             rule a.two when message has \"y\" => {key}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("b.rules"),
+        format!("rule a.three when status == 429 {key} => rate_limit\n"),
+    )
+    .unwrap();
+    let o = failover(&["check", "--rules", dir.to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(!t.contains("FAKE"), "{t}");
+    for at in ["a.rules:1:", "a.rules:2:", "b.rules:1:"] {
+        assert!(t.contains(at), "{at} missing:\n{t}");
+    }
+    assert!(t.contains("(line not shown: it may hold a secret)"), "{t}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

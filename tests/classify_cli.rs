@@ -89,3 +89,51 @@ fn reads_standard_input_and_missing_files_are_usage_errors() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("`no/such/file.jsonl`"));
 }
+
+/// Issue 11: `--explain` shows the deciding rule's comment (its meaning and
+/// sources); issue 16: a comment line that may hold a pasted key is not
+/// echoed.
+#[test]
+fn explain_shows_the_rule_comment_without_secrets() {
+    let o = failover(&[
+        "classify",
+        "--explain",
+        "--status",
+        "403",
+        "--provider",
+        "google",
+        "--message",
+        "Your API key was reported as leaked. Please use another API key.",
+    ]);
+    let out = stdout(&o);
+    assert!(
+        out.contains("rule:     auth_permanent.key_revoked"),
+        "{out}"
+    );
+    assert!(out.contains("# Keys reported as leaked"), "{out}");
+
+    let dir = std::env::temp_dir().join(format!("failover-explain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = "sk-proj-AbCdEf0123456789AbCdEf0123456789xyz";
+    std::fs::write(
+        dir.join("a.rules"),
+        format!(
+            "reason unclassified {{ failover }}\nreason x {{ failover }}\n# Boom texts.\n# pasted {key}\nrule x.y when message has \"boom\" => x\n"
+        ),
+    )
+    .unwrap();
+    let o = failover(&[
+        "classify",
+        "--no-defaults",
+        "--rules",
+        dir.to_str().unwrap(),
+        "--explain",
+        "--message",
+        "boom",
+    ]);
+    let out = stdout(&o);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(out.contains("# Boom texts."), "{out}");
+    assert!(out.contains("line not shown"), "{out}");
+    assert!(!out.contains(key) && !out.contains("AbCdEf0123"), "{out}");
+}

@@ -161,3 +161,49 @@ fn chain_cli_never_shows_a_secret() {
         "{stderr}"
     );
 }
+
+/// Issue 16 item 5: a profile id that is itself a key gave
+/// `warning: auth.profiles.sk-proj-…: … the value is not shown, as it
+/// looks like a secret` — the path printed what the message hid. Key
+/// paths are redacted like values, in the library's problems and in what
+/// `chain` and `status` print.
+#[test]
+fn a_secret_shaped_key_is_not_shown_in_its_path() {
+    let key = "sk-proj-FAKEa8Kd93jLqP0xZ7vB2nM4cT6yW1eR5uI";
+    let text = format!(
+        "agents: {{defaults: {{model: {{primary: openai/gpt-5.2}}}}}}\n\
+         auth:\n  profiles:\n    \"{key}\": {{provider: openai, mode: api_key}}\n    {key}x: {{provider: openai}}\n"
+    );
+    let rendered = match GatewayConfig::parse(&text, failover::config::Format::Yaml, "c.yaml") {
+        Ok(loaded) => {
+            assert!(!loaded.warnings.is_empty());
+            for p in &loaded.warnings {
+                assert_no_fake("a path", &p.path);
+                assert_no_fake("a message", &p.message);
+            }
+            failover::config::render_problems(&loaded.warnings, "c.yaml", &loaded.text)
+        }
+        Err(e) => {
+            for p in &e.problems {
+                assert_no_fake("a path", &p.path);
+            }
+            e.to_string()
+        }
+    };
+    assert_no_fake("the rendered problems", &rendered);
+    assert!(rendered.contains("auth.profiles"), "{rendered}");
+    assert!(rendered.contains("sk-…"), "{rendered}");
+    let dir = support_dir("keypath");
+    let p = dir.join("c.yaml");
+    std::fs::write(&p, &text).unwrap();
+    let (_, out, err) = chain(p.to_str().unwrap());
+    assert_no_fake("chain's output", &format!("{out}{err}"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn support_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("failover-cfgsec-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}

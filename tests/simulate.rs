@@ -124,6 +124,40 @@ fn bad_scenarios_exit_2() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown operation `/frob`"));
 }
 
+// Issue 16 item 1: a scenario whose prose has an apostrophe (the shipped
+// r13 one says "attempt's") kept the former bracket guard off; deep
+// nesting after it is now refused at once, with line:col, and an alias
+// bomb is refused before any tree is built.
+#[test]
+fn deep_or_exploding_scenarios_are_refused_up_front() {
+    let n = 100_000;
+    let p = scenario_file(
+        "deep.yaml",
+        &format!(
+            "# the attempt's reason\nnote: don't\nconfig: {}{}\nturns: []\n",
+            "[".repeat(n),
+            "]".repeat(n)
+        ),
+    );
+    let started = std::time::Instant::now();
+    let out = bin().arg("simulate").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("deep.yaml`:3:"), "{err}");
+    assert!(err.contains("nested more than 64 deep"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    let mut bomb = String::from("note: don't\nconfig:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..9 {
+        let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+        bomb.push_str(&format!("  a{i}: &a{i} [{refs}]\n"));
+    }
+    let p = scenario_file("bomb.yaml", &bomb);
+    let out = bin().arg("simulate").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("aliases expand to more than"), "{err}");
+}
+
 // R16.11: fake secrets never reach the timeline.
 #[test]
 fn r16_11_no_secret_in_timeline() {
@@ -147,4 +181,65 @@ turns:
         assert!(text.contains("<redacted>"), "{text}");
         assert!(!text.contains("SECRET"), "{text}");
     }
+}
+
+// Issue 16 item 7: a provider error that echoes a stored key upper-cased,
+// or only its first 30 characters, reached `simulate` output and notices
+// (scrubbing removed exact matches only). R16.11.
+#[test]
+fn r16_11_partial_and_case_changed_echoes_are_scrubbed() {
+    let key = "sk-fake-q8Kd93jLqP0xZ7vB2nM4cT6yW1eR5uI";
+    let upper = key.to_ascii_uppercase();
+    let head = &key[..30];
+    let tail = &key[key.len() - 14..];
+    let p = scenario_file(
+        "secret-echo.yaml",
+        &format!(
+            "
+config: {{ agents: {{ defaults: {{ model: {{ primary: a/x, fallbacks: [b/y, c/z] }} }} }} }}
+profiles: {{ 'a:default': {key}, 'b:default': {key}, 'c:default': {key} }}
+turns:
+  - outcomes:
+      - {{ match: a/x, error: {{ message: 'weird failure for {upper}' }} }}
+      - {{ match: b/y, error: {{ status: 401, message: 'Incorrect API key provided: {head}…' }} }}
+      - {{ match: c/z, error: {{ status: 401, message: 'key ending {tail} is revoked' }} }}
+"
+        ),
+    );
+    for json in [false, true] {
+        let mut c = bin();
+        c.arg("simulate").arg(&p);
+        if json {
+            c.arg("--json");
+        }
+        let out = c.output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains("<redacted>"), "{text}");
+        for piece in [&key[8..20], &upper[8..20], &key[20..32]] {
+            assert!(!text.contains(piece), "`{piece}` in:\n{text}");
+        }
+    }
+}
+
+// Issue 16 item 11: a turn that goes back in time was accepted and run
+// later than written; it is refused with the line and column of its `at`.
+#[test]
+fn a_turn_back_in_time_is_refused_with_its_position() {
+    let p = scenario_file(
+        "backwards.yaml",
+        "config: { agents: { defaults: { model: { primary: a/x } } } }
+profiles: { 'a:default': sk-fake-aaaa }
+turns:
+  - at: +10m
+  - at: +5m
+",
+    );
+    let out = bin().arg("simulate").arg(&p).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("backwards.yaml`:5:9: turn 2: `at: +5m` is before"),
+        "{err}"
+    );
+    assert!(err.contains("+10m"), "{err}");
 }

@@ -158,3 +158,109 @@ fn status_usage_errors_exit_2() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// Issue 16 item 8: `status` and `chain` printed secret-looking ids
+/// verbatim — a profile id that is a pasted key, a stored order entry, a
+/// session's model override, a model name shaped like a key. They are
+/// masked as stored secrets are (`sk-…`), in text and JSON.
+#[test]
+fn secret_shaped_ids_are_masked_in_status_and_chain() {
+    let key = "sk-proj-FAKEq8Kd93jLqP0xZ7vB2nM4cT6yW1eR5uI";
+    let root = std::env::temp_dir().join(format!("failover-status-ids-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let agent = root.join("agents/main/agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::create_dir_all(root.join("agents/main/sessions")).unwrap();
+    std::fs::write(
+        agent.join("auth-profiles.json"),
+        format!(
+            r#"{{"version": 1, "profiles": {{
+                "openai:{key}": {{"type": "api_key", "provider": "openai", "key": "sk-FAKE-stored-key-0000000000"}},
+                "{key}": {{"type": "api_key", "provider": "openai", "key": "sk-FAKE-stored-key-1111111111"}}
+            }}}}"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        agent.join("auth-state.json"),
+        format!(
+            r#"{{"version": 1, "order": {{"openai": ["openai:{key}", "{key}x"]}},
+                "usageStats": {{"openai:{key}": {{"lastUsed": 1, "cooldownUntil": 1767225660000, "cooldownModel": "{key}"}}}}}}"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("agents/main/sessions/sessions.json"),
+        format!(r#"{{"s1": {{"providerOverride": "openai", "modelOverride": "{key}", "modelOverrideSource": "user"}}}}"#),
+    )
+    .unwrap();
+    for json in [false, true] {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_failover"));
+        c.args(["status", "--now", NOW, "--state"]).arg(&root);
+        if json {
+            c.arg("--json");
+        }
+        let o = c.output().unwrap();
+        let all = format!("{}{}", text(&o), String::from_utf8_lossy(&o.stderr));
+        assert!(!all.contains("FAKE"), "{all}");
+        assert!(all.contains("sk-…"), "{all}");
+        if json {
+            let _: Value = serde_json::from_slice(&o.stdout).expect("still JSON");
+        }
+    }
+    let config = root.join("gateway.yaml");
+    std::fs::write(
+        &config,
+        format!("agents: {{defaults: {{model: {{primary: openai/{key}, fallbacks: [anthropic/{key}]}}}}}}\n"),
+    )
+    .unwrap();
+    for json in [false, true] {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_failover"));
+        c.args(["chain", "--config"]).arg(&config);
+        if json {
+            c.arg("--json");
+        }
+        let o = c.output().unwrap();
+        let all = format!("{}{}", text(&o), String::from_utf8_lossy(&o.stderr));
+        assert_eq!(o.status.code(), Some(0), "{all}");
+        assert!(!all.contains("FAKE"), "{all}");
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// `status` was quadratic in stored profiles: each was looked up in the
+/// provider's order by a scan (150,000 profiles: 47 s). Found by the
+/// issue 16 reader measurements; now a set lookup.
+#[test]
+fn status_is_linear_in_stored_profiles() {
+    let root = std::env::temp_dir().join(format!("failover-status-many-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let agent = root.join("agents/main/agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    let profiles: serde_json::Map<String, Value> = (0..100_000)
+        .map(|i| {
+            (
+                format!("openai:u{i}@example.com"),
+                serde_json::json!({"type": "api_key", "provider": "openai", "key": format!("sk-FAKE-{i:020}")}),
+            )
+        })
+        .collect();
+    std::fs::write(
+        agent.join("auth-profiles.json"),
+        serde_json::json!({"version": 1, "profiles": profiles}).to_string(),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_failover"))
+        .args(["status", "--now", NOW, "--state"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(12),
+        "{:?}",
+        started.elapsed()
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -77,7 +77,7 @@ pub enum SourceArg {
 
 pub fn run(args: &ChainArgs) -> CmdResult {
     let request = request(args)?;
-    let build = load::build(&args.rules.dirs, !args.rules.no_defaults)?;
+    let build = load::build_unlinted(&args.rules.dirs, !args.rules.no_defaults)?;
     let policies = match &build.ruleset {
         Some(r) if !build.has_errors() => r.selections.clone(),
         None if build.diagnostics.is_empty() => {
@@ -98,10 +98,11 @@ pub fn run(args: &ChainArgs) -> CmdResult {
         eprintln!("note: {note}");
     }
     let chain = build_chain(&config, &policies, &request).map_err(|e| UsageError(e.to_string()))?;
+    // Model names shaped like keys are masked like values (R16.11).
     if args.json {
         println!("{}", json_line(&chain));
     } else {
-        print!("{}", human(&chain, args, &config));
+        print!("{}", crate::redact::redact(&human(&chain, args, &config)));
     }
     Ok(0)
 }
@@ -182,21 +183,28 @@ fn precedence_notes(args: &ChainArgs) -> Vec<String> {
 struct JsonChain<'a> {
     source: &'a str,
     strict: bool,
-    candidates: Vec<&'a str>,
+    candidates: Vec<std::borrow::Cow<'a, str>>,
     /// Parallel to `candidates`.
     why: Vec<Why>,
     policy: String,
-    duplicates: Vec<&'a str>,
+    duplicates: Vec<std::borrow::Cow<'a, str>>,
 }
 
 fn json_line(chain: &CandidateChain) -> String {
     let out = JsonChain {
         source: chain.source.name(),
         strict: chain.strict,
-        candidates: chain.models().map(ModelRef::as_str).collect(),
+        candidates: chain
+            .models()
+            .map(|m| crate::redact::redact(m.as_str()))
+            .collect(),
         why: chain.candidates.iter().map(|c| c.why).collect(),
         policy: policy_text(chain),
-        duplicates: chain.duplicates.iter().map(|c| c.model.as_str()).collect(),
+        duplicates: chain
+            .duplicates
+            .iter()
+            .map(|c| crate::redact::redact(c.model.as_str()))
+            .collect(),
     };
     serde_json::to_string(&out).expect("plain strings and booleans serialize")
 }

@@ -158,6 +158,11 @@ fn rule_comment(file: &crate::syntax::SourceFile, rule_line: u32) -> Vec<String>
         n -= 1;
         let text = file.line_text(n).trim();
         match text.strip_prefix('#') {
+            // A comment line that may hold a pasted key is not echoed
+            // (issue 16: one redaction for every quoted source line).
+            Some(_) if crate::redact::may_hold_secret(text) => {
+                lines.push("# (line not shown: it may hold a secret)".into())
+            }
             Some(c) if !text.starts_with("# ──") => lines.push(format!("# {}", c.trim())),
             _ => break,
         }

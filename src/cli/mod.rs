@@ -91,7 +91,8 @@ pub type CmdResult = Result<i32, UsageError>;
 /// Loads the ruleset for a command. Rules with errors print their
 /// diagnostics to stderr and yield exit code 1 (`Ok(Err(1))`).
 pub fn load_engine(rules: &RulesArgs) -> Result<Result<Engine, i32>, UsageError> {
-    let build = load::build(&rules.dirs, !rules.no_defaults)?;
+    // Warnings are `check`'s to show: the lints are not run here.
+    let build = load::build_unlinted(&rules.dirs, !rules.no_defaults)?;
     match Engine::from_build(build) {
         Ok(engine) => Ok(Ok(engine)),
         Err((sources, diags)) => {

@@ -37,7 +37,7 @@ pub fn case_files(rules: &RulesArgs) -> Result<Vec<CaseFile>, UsageError> {
     let mut files = Vec::new();
     for dir in &rules.dirs {
         for path in load::files_with_suffix(dir, ".cases.yaml")? {
-            let text = read(&path)?;
+            let text = read(&path, golden::MAX_CASES_BYTES)?;
             files.push(golden::parse_cases(&display_name(&path), &text).map_err(UsageError)?);
         }
     }
@@ -49,8 +49,8 @@ pub fn case_files(rules: &RulesArgs) -> Result<Vec<CaseFile>, UsageError> {
     Ok(files)
 }
 
-fn read(path: &std::path::Path) -> Result<String, UsageError> {
-    load::read_regular_text(path).map_err(|e| {
+fn read(path: &std::path::Path, limit: u64) -> Result<String, UsageError> {
+    load::read_regular_text(path, limit).map_err(|e| {
         UsageError(format!(
             "cannot read `{}`: {}",
             display_name(path),
@@ -70,7 +70,7 @@ pub fn field_files(args: &TestArgs) -> Result<Vec<FieldFile>, UsageError> {
     if !args.field.is_empty() {
         for dir in &args.field {
             for path in load::files_with_suffix(dir, ".yaml")? {
-                let text = read(&path)?;
+                let text = read(&path, golden::MAX_CASES_BYTES)?;
                 files.push(field::parse(&display_name(&path), &text).map_err(UsageError)?);
             }
         }

@@ -28,7 +28,7 @@ pub struct Rule {
 
 /// A condition tree. Text comparisons are ASCII case-insensitive: both
 /// sides are lower-cased (literals here, input once per message).
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub enum Expr {
     And(Vec<Expr>),
     Or(Vec<Expr>),
@@ -68,7 +68,7 @@ impl TextField {
     }
 }
 
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub enum TextTest {
     /// Equal to the (lower-cased) text.
     Eq(String),
@@ -135,6 +135,15 @@ impl PartialEq for Literal {
     }
 }
 
+impl Eq for Literal {}
+
+/// As equality: by the text.
+impl std::hash::Hash for Literal {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.text.hash(state);
+    }
+}
+
 /// A compiled regex with the source it came from.
 #[derive(Debug)]
 pub struct CompiledRegex {
@@ -188,6 +197,15 @@ impl CompiledRegex {
 impl PartialEq for CompiledRegex {
     fn eq(&self, other: &Self) -> bool {
         self.source == other.source
+    }
+}
+
+impl Eq for CompiledRegex {}
+
+/// As equality: by the source.
+impl std::hash::Hash for CompiledRegex {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.source.hash(state);
     }
 }
 

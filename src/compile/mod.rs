@@ -41,6 +41,12 @@ pub use selection::{
 /// refused with E004 instead of slowing every classification down (the
 /// `regex` crate's own default is 10 MB).
 const REGEX_SIZE_LIMIT: usize = 8 << 20;
+/// A regex longer than this (as written) is refused with E004 before it is
+/// parsed: the regex parser holds a node of about 400 bytes per character,
+/// so a 3 MB literal took 1.2 GB and seconds just to be found too big. The
+/// longest default regex is under 200 bytes; long word lists belong in
+/// `has any [...]`, which has no such cost.
+pub const MAX_REGEX_BYTES: usize = 32 << 10;
 const REGEX_NEST_LIMIT: u32 = 64;
 
 /// One priority layer of rules files.
@@ -90,9 +96,29 @@ impl Build {
     }
 }
 
-/// Parses and compiles every layer. `early` holds diagnostics found while
-/// loading (unreadable bytes); files they concern are not parsed.
+/// Whether compiling runs the lints (W001, W002): `check` wants them; a
+/// command that only uses the rules (`classify`, `test`, `simulate`,
+/// `chain`) prints errors only, so it skips them and starts faster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lints {
+    Run,
+    Skip,
+}
+
+/// Parses and compiles every layer, with the lints. `early` holds
+/// diagnostics found while loading (unreadable bytes); files they concern
+/// are not parsed.
 pub fn compile(sources: SourceMap, layers: Vec<Layer>, early: Vec<Diagnostic>) -> Build {
+    compile_with(sources, layers, early, Lints::Run)
+}
+
+/// [`compile`], running the lints or not.
+pub fn compile_with(
+    sources: SourceMap,
+    layers: Vec<Layer>,
+    early: Vec<Diagnostic>,
+    lints: Lints,
+) -> Build {
     let skip: Vec<FileId> = early.iter().map(|d| d.span.file).collect();
     let mut diags = early;
     let mut files: Vec<(usize, ast::RuleFile)> = Vec::new();
@@ -111,6 +137,7 @@ pub fn compile(sources: SourceMap, layers: Vec<Layer>, early: Vec<Diagnostic>) -
         layers: &layers,
         diags,
         prebuilt: prebuild_regexes(&files),
+        lints,
     };
     let ruleset = cx.build(&files);
     let mut diagnostics = cx.diags;
@@ -148,7 +175,9 @@ fn prebuild_regexes(files: &[(usize, ast::RuleFile)]) -> Prebuilt {
                     ..
                 }) = &p.operand
                 {
-                    if flags.node.chars().all(|f| REGEX_FLAGS.contains(f)) {
+                    if flags.node.chars().all(|f| REGEX_FLAGS.contains(f))
+                        && pattern.len() <= MAX_REGEX_BYTES
+                    {
                         out.push((pattern, &flags.node));
                     }
                 }
@@ -250,6 +279,7 @@ struct Compiler<'a> {
     layers: &'a [Layer],
     diags: Vec<Diagnostic>,
     prebuilt: Prebuilt,
+    lints: Lints,
 }
 
 impl Compiler<'_> {
@@ -337,9 +367,10 @@ impl Compiler<'_> {
             }
         }
 
-        let lints = shadow::lint(&rules);
-        self.diags.extend(lints);
-        self.diags.extend(atoms::lint_slow_regexes(&rules));
+        if self.lints == Lints::Run {
+            self.diags.extend(shadow::lint(&rules));
+            self.diags.extend(atoms::lint_slow_regexes(&rules));
+        }
 
         Some(Ruleset {
             reasons,
@@ -946,6 +977,18 @@ impl Compiler<'_> {
                 Diagnostic::new(Code::E004, fspan, format!("unknown regex flag `{other}`"))
                     .label("not a flag")
                     .help("flags are `i` (the default), `c` (case-sensitive), `s`, `m` and `x`"),
+            );
+            return None;
+        }
+        if pattern.len() > MAX_REGEX_BYTES {
+            self.push(
+                Diagnostic::new(Code::E004, span, "regex is too long")
+                    .label(format!(
+                        "this pattern is {}; the limit is {}",
+                        diag::bytes_shown(pattern.len() as u64),
+                        diag::bytes_shown(MAX_REGEX_BYTES as u64)
+                    ))
+                    .help("a long list of alternatives reads better, and compiles far faster, as `message has any [\"a\", \"b\", …]`"),
             );
             return None;
         }

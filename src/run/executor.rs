@@ -158,14 +158,11 @@ fn secrets_of(profiles: &AuthProfiles) -> Vec<String> {
     out
 }
 
+/// A provider's error text without any stored secret: whole, in any
+/// letter case, or any long piece of one (providers echo keys upper-cased
+/// or cut), see [`crate::redact::scrub_known`].
 fn scrub(text: &str, secrets: &[String]) -> String {
-    let mut t = text.to_string();
-    for s in secrets {
-        if t.contains(s.as_str()) {
-            t = t.replace(s.as_str(), "<redacted>");
-        }
-    }
-    t
+    crate::redact::scrub_known(text, secrets)
 }
 
 fn cut(text: &str, n: usize) -> String {

@@ -284,21 +284,25 @@ fn bad(msg: impl Into<String>) -> ScenarioError {
     ScenarioError(msg.into())
 }
 
+/// Scenario files larger than this are refused by their size, unread: the
+/// shipped ones are a few kilobytes.
+pub const MAX_SCENARIO_BYTES: u64 = 1 << 20;
+
 /// Reads and runs a scenario file.
 pub fn simulate_file(path: &Path, engine: Arc<Engine>) -> Result<Report, ScenarioError> {
-    let text = crate::load::read_regular_text(path).map_err(|e| {
+    let text = crate::load::read_regular_text(path, MAX_SCENARIO_BYTES).map_err(|e| {
         bad(format!(
             "cannot read `{}`: {}",
             path.display(),
             crate::load::plain_io(&e)
         ))
     })?;
-    if let Err(deep) = crate::config::yaml_flow_depth_ok(&text) {
+    if let Err(refused) = crate::yaml::guard(&text) {
         return Err(bad(format!(
-            "`{}`:{}:{}: {deep}",
+            "`{}`:{}:{}: {refused}",
             path.display(),
-            deep.line,
-            deep.column
+            refused.line,
+            refused.column
         )));
     }
     let scenario: Scenario =
@@ -307,11 +311,12 @@ pub fn simulate_file(path: &Path, engine: Arc<Engine>) -> Result<Report, Scenari
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    simulate(
+    simulate_with(
         &scenario,
         &name,
         path.parent().unwrap_or(Path::new(".")),
         engine,
+        Some((&path.display().to_string(), &text)),
     )
 }
 
@@ -443,6 +448,31 @@ pub fn simulate(
     base: &Path,
     engine: Arc<Engine>,
 ) -> Result<Report, ScenarioError> {
+    simulate_with(s, name, base, engine, None)
+}
+
+/// [`simulate`]; `source` (the file's name and text) places errors about
+/// a turn at its line and column.
+fn simulate_with(
+    s: &Scenario,
+    name: &str,
+    base: &Path,
+    engine: Arc<Engine>,
+    source: Option<(&str, &str)>,
+) -> Result<Report, ScenarioError> {
+    // `file:line:col: ` of turn `idx`'s `at`, when the text is known.
+    let at_of = |idx: usize| -> String {
+        source
+            .and_then(|(file, text)| {
+                let path = [
+                    crate::yaml::Step::Key("turns"),
+                    crate::yaml::Step::Index(idx),
+                    crate::yaml::Step::Key("at"),
+                ];
+                crate::yaml::position_of(text, &path).map(|(l, c)| format!("`{file}`:{l}:{c}: "))
+            })
+            .unwrap_or_default()
+    };
     let config = load_config(s, base)?;
     let store = Arc::new(build_store(s)?);
     let clock = Arc::new(ManualClock::new(SCENARIO_START_MS));
@@ -463,9 +493,19 @@ pub fn simulate(
                 .saturating_add(parse_offset(a).map_err(|e| bad(format!("turn {number}: {e}")))?),
             None => clock.now_ms(),
         };
-        if at > clock.now_ms() {
-            clock.set(at);
+        // A turn written before the virtual clock (an earlier turn's `at`,
+        // or where its retries and delays took the clock) would run later
+        // than written: refused.
+        if at < clock.now_ms() {
+            return Err(bad(format!(
+                "{}turn {number}: `at: {}` is before the time the scenario has reached ({}, after turn {}); turns run in order, each at or after the one before",
+                at_of(idx),
+                turn.at.as_deref().unwrap_or_default().trim(),
+                rel(clock.now_ms()),
+                number - 1
+            )));
         }
+        clock.set(at);
         let mut request = RunRequest::session(key.clone());
         request.agent = s.agent.clone();
         if let Some(op) = &turn.op {

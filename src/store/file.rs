@@ -11,7 +11,8 @@
 //! are never modified.
 //!
 //! Nothing on disk is destroyed by an update: a file that is not JSON is
-//! moved aside first, entries that do not parse are written back verbatim,
+//! copied aside first (never moved: the live path always holds a file,
+//! even when the rewrite then fails), entries that do not parse are written back verbatim,
 //! and when an edit to routing state replaces such an entry (new stats
 //! recorded for a profile whose record was malformed) the file as it was
 //! is first copied to `<file>.corrupt-<ms>` and a [`Problem`] names the
@@ -24,7 +25,6 @@
 //! `update_state` writes `agents/main/agent/auth-state.json` from those
 //! stats plus the edit, and from then on the new file is the one read.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -38,6 +38,16 @@ use super::{AuthProfiles, AuthState, Problem, SessionStore, Store, StoreError};
 
 /// The agent id used when none is given.
 pub const DEFAULT_AGENT: &str = "main";
+
+/// `auth-profiles.json` (and the legacy `oauth.json`) over this size is
+/// refused unread: a profile is a few hundred bytes.
+pub const MAX_PROFILES_BYTES: u64 = 16 << 20;
+/// `auth-state.json` over this size is refused unread: a profile's routing
+/// state is a few hundred bytes.
+pub const MAX_STATE_BYTES: u64 = 16 << 20;
+/// `sessions.json` over this size is refused unread: a session entry is
+/// up to a few kilobytes, and gateways keep thousands.
+pub const MAX_SESSIONS_BYTES: u64 = 64 << 20;
 
 const SECRET_MODE: u32 = 0o600;
 const PLAIN_MODE: u32 = 0o644;
@@ -97,6 +107,9 @@ enum Read {
 /// The three documents, told apart for the generic read and update paths.
 trait Doc: Default {
     const MODE: u32;
+    /// A file of this kind over this size is refused unread (an error, not
+    /// damage: it is neither read nor replaced).
+    const MAX_BYTES: u64;
     fn parse(v: Value, path: &Path, problems: &mut Vec<Problem>) -> Result<Self, String>;
     fn to_json(&self) -> Value;
     /// Parts of the file that did not parse and that `to_json` will not
@@ -109,6 +122,7 @@ trait Doc: Default {
 
 impl Doc for AuthProfiles {
     const MODE: u32 = SECRET_MODE;
+    const MAX_BYTES: u64 = MAX_PROFILES_BYTES;
     fn parse(v: Value, path: &Path, problems: &mut Vec<Problem>) -> Result<Self, String> {
         AuthProfiles::from_json(v, path, problems)
     }
@@ -119,6 +133,7 @@ impl Doc for AuthProfiles {
 
 impl Doc for AuthState {
     const MODE: u32 = PLAIN_MODE;
+    const MAX_BYTES: u64 = MAX_STATE_BYTES;
     fn parse(v: Value, path: &Path, problems: &mut Vec<Problem>) -> Result<Self, String> {
         AuthState::from_json(v, path, problems)
     }
@@ -132,6 +147,7 @@ impl Doc for AuthState {
 
 impl Doc for SessionStore {
     const MODE: u32 = PLAIN_MODE;
+    const MAX_BYTES: u64 = MAX_SESSIONS_BYTES;
     fn parse(v: Value, path: &Path, problems: &mut Vec<Problem>) -> Result<Self, String> {
         SessionStore::from_json(v, path, problems)
     }
@@ -140,19 +156,11 @@ impl Doc for SessionStore {
     }
 }
 
-fn read_json(path: &Path) -> Result<Read, StoreError> {
-    // A FIFO would block the read for ever and a device (`/dev/zero`)
-    // never ends: only a regular file is read.
-    if let Ok(meta) = fs::metadata(path) {
-        if !meta.is_file() {
-            let e = std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "not a regular file (a FIFO, device, socket or directory)",
-            );
-            return Err(StoreError::io("read", path, &e));
-        }
-    }
-    let bytes = match fs::read(path) {
+fn read_json(path: &Path, limit: u64) -> Result<Read, StoreError> {
+    // Only a regular file is read (a FIFO would block for ever, a device
+    // such as `/dev/zero` never ends), and only when its size is within
+    // `limit`, checked before reading.
+    let bytes = match crate::load::read_regular(path, limit) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Read::Missing),
         Err(e) => return Err(StoreError::io("read", path, &e)),
@@ -223,7 +231,7 @@ impl FileStore {
     /// Reads a document without a lock; damage is reported, not fatal.
     fn read_doc<T: Doc>(&self, path: &Path) -> Result<Option<T>, StoreError> {
         let mut problems = Vec::new();
-        let out = match read_json(path)? {
+        let out = match read_json(path, T::MAX_BYTES)? {
             Read::Missing => None,
             Read::Corrupt(detail) => {
                 problems.push(Problem::Corrupt {
@@ -258,10 +266,23 @@ impl FileStore {
         target
     }
 
-    /// Moves a damaged file aside to `<file>.corrupt-<ms>`.
-    fn quarantine(&self, path: &Path, detail: String) -> Result<(), StoreError> {
+    /// Keeps a damaged file aside as `<file>.corrupt-<ms>`: a durable copy
+    /// (same mode), not a rename, so the live path is never empty. The
+    /// update's own atomic write then replaces the live file; if that
+    /// write fails (disk full), the damaged file is still where it was and
+    /// `status` names the copy.
+    fn quarantine(
+        &self,
+        path: &Path,
+        mode: u32,
+        limit: u64,
+        detail: String,
+    ) -> Result<(), StoreError> {
+        let bytes =
+            crate::load::read_regular(path, limit).map_err(|e| StoreError::io("read", path, &e))?;
         let target = self.aside_path(path);
-        fs::rename(path, &target).map_err(|e| StoreError::io("move aside", path, &e))?;
+        write_atomic_with(&target, &bytes, mode, None)
+            .map_err(|e| StoreError::io("move aside", path, &e))?;
         self.report(vec![Problem::Corrupt {
             path: path.into(),
             detail,
@@ -273,8 +294,15 @@ impl FileStore {
     /// Before a write that replaces parts of `path` that did not parse
     /// (`replaced`), keeps the file as it was in `<file>.corrupt-<ms>`
     /// (written durably, same mode) and says so. Called under the lock.
-    fn copy_aside(&self, path: &Path, mode: u32, replaced: &[String]) -> Result<(), StoreError> {
-        let bytes = fs::read(path).map_err(|e| StoreError::io("read", path, &e))?;
+    fn copy_aside(
+        &self,
+        path: &Path,
+        mode: u32,
+        limit: u64,
+        replaced: &[String],
+    ) -> Result<(), StoreError> {
+        let bytes =
+            crate::load::read_regular(path, limit).map_err(|e| StoreError::io("read", path, &e))?;
         let target = self.aside_path(path);
         write_atomic_with(&target, &bytes, mode, None)
             .map_err(|e| StoreError::io("copy aside", &target, &e))?;
@@ -302,10 +330,10 @@ impl FileStore {
         let _guard = FileLock::acquire(&lock).map_err(|e| StoreError::io("lock", &lock, &e))?;
         remove_stale_temps(path);
         let mut problems = Vec::new();
-        let (mut doc, before) = match read_json(path)? {
+        let (mut doc, before) = match read_json(path, T::MAX_BYTES)? {
             Read::Missing => (initial(self)?, None),
             Read::Corrupt(detail) => {
-                self.quarantine(path, detail)?;
+                self.quarantine(path, T::MODE, T::MAX_BYTES, detail)?;
                 (T::default(), None)
             }
             Read::Json(v) => match T::parse(v, path, &mut problems) {
@@ -314,7 +342,7 @@ impl FileStore {
                     (doc, Some(before))
                 }
                 Err(detail) => {
-                    self.quarantine(path, detail)?;
+                    self.quarantine(path, T::MODE, T::MAX_BYTES, detail)?;
                     (T::default(), None)
                 }
             },
@@ -329,7 +357,7 @@ impl FileStore {
         // would be lost, so the file as it was is kept aside first.
         let replaced = doc.replaced_unparsed();
         if before.is_some() && !replaced.is_empty() {
-            self.copy_aside(path, T::MODE, &replaced)?;
+            self.copy_aside(path, T::MODE, T::MAX_BYTES, &replaced)?;
         }
         let mut bytes = serde_json::to_vec_pretty(&after).expect("JSON serialises");
         bytes.push(b'\n');
@@ -346,7 +374,7 @@ impl FileStore {
             }
         }
         let mut profiles = AuthProfiles::default();
-        match read_json(&self.paths.legacy_oauth)? {
+        match read_json(&self.paths.legacy_oauth, MAX_PROFILES_BYTES)? {
             Read::Missing => {}
             Read::Corrupt(detail) => self.report(vec![Problem::Corrupt {
                 path: self.paths.legacy_oauth.clone(),
@@ -429,6 +457,7 @@ mod tests {
     use super::*;
     use crate::store::{ManualClock, Profile, StoreExt};
     use serde_json::json;
+    use std::fs;
 
     fn tmp(name: &str) -> PathBuf {
         let nanos = std::time::SystemTime::now()

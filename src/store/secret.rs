@@ -17,10 +17,6 @@
 
 use std::fmt;
 
-/// Below this length a masked secret shows nothing: seven shown characters
-/// of a twelve-character secret would give most of it away.
-const MIN_LEN_TO_SHOW_ENDS: usize = 16;
-
 /// A credential string. See the module documentation.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -44,17 +40,7 @@ impl Secret {
     /// ends in a newline or a terminal escape must not move the cursor of
     /// whoever reads `status`.
     pub fn masked(&self) -> String {
-        let chars: Vec<char> = self.0.chars().collect();
-        if chars.len() < MIN_LEN_TO_SHOW_ENDS {
-            return "…".into();
-        }
-        let shown = |cs: &[char]| -> String {
-            cs.iter()
-                .map(|&c| if c.is_control() { '?' } else { c })
-                .collect()
-        };
-        let (head, tail) = (shown(&chars[..3]), shown(&chars[chars.len() - 4..]));
-        format!("{head}…{tail}")
+        crate::redact::mask(&self.0)
     }
 }
 

@@ -117,6 +117,28 @@ impl SourceMap {
     /// Adds a file from raw bytes. Text that is not UTF-8, or too large, is
     /// still added (lossily, so diagnostics can show it) and the problem is
     /// returned as an `E014` diagnostic; the caller must not parse it.
+    /// A rules file of `size` bytes that was not read because it is over
+    /// [`MAX_FILE_BYTES`]: an empty file and its E014 diagnostic.
+    pub fn add_too_large(
+        &mut self,
+        name: impl Into<String>,
+        size: u64,
+    ) -> (FileId, Option<Diagnostic>) {
+        let id = self.add(name.into(), String::new());
+        let diag = Diagnostic::new(
+            Code::E014,
+            self.span(id, 0, 0),
+            format!(
+                "rules file is too large ({:.1} MB; the limit is {} MB)",
+                size as f64 / 1e6,
+                MAX_FILE_BYTES / (1024 * 1024)
+            ),
+        )
+        .label("file starts here")
+        .help("split the rules into several files, or check that this is really a rules file");
+        (id, Some(diag))
+    }
+
     pub fn add_bytes(
         &mut self,
         name: impl Into<String>,
@@ -130,20 +152,7 @@ impl SourceMap {
             bytes.drain(..UTF8_BOM.len());
         }
         if bytes.len() > MAX_FILE_BYTES {
-            let size = bytes.len();
-            let id = self.add(name, String::new());
-            let diag = Diagnostic::new(
-                Code::E014,
-                self.span(id, 0, 0),
-                format!(
-                    "rules file is too large ({:.1} MB; the limit is {} MB)",
-                    size as f64 / 1e6,
-                    MAX_FILE_BYTES / (1024 * 1024)
-                ),
-            )
-            .label("file starts here")
-            .help("split the rules into several files, or check that this is really a rules file");
-            return (id, Some(diag));
+            return self.add_too_large(name, bytes.len() as u64);
         }
         match String::from_utf8(bytes) {
             Ok(text) => (self.add(name, text), None),

@@ -1,0 +1,503 @@
+//! The one redaction of secrets in everything failover prints (SPEC
+//! R16.11), for text that did not come through a `Secret`
+//! (`crate::store::Secret`): config keys and source lines, rules source
+//! lines, profile ids and model names in `status` and `chain`, provider
+//! errors that echo a key.
+//!
+//! Three tools, from coarse to fine:
+//!
+//! - [`may_hold_secret`]: a source line that sets a secret-named key
+//!   (`apiKey: …`) or holds a credential-shaped value is not quoted at
+//!   all (config and rules diagnostics say "line not shown");
+//! - [`redact`]: every credential-shaped token in a text (a known prefix
+//!   such as `sk-`, `Bearer …`, a `user:password@` URL, a long random
+//!   token) is masked as a stored secret is (`sk-…wxyz`), the rest kept;
+//! - [`scrub_known`]: the secrets actually stored are removed from a
+//!   provider's error text, in any letter case and in part (any run of
+//!   [`MIN_SECRET_PIECE`] characters of one), since providers echo keys
+//!   upper-cased or cut.
+//!
+//! Example: `redact("profile sk-proj-abcdefghijklmnopqrstuvwxyz123456 failed")`
+//! is `profile sk-…3456 failed`; `scrub_known("KEY SK-PROJ-ABCDEFGHIJKL…",
+//! ["sk-proj-abcdefghijklmnopqrstuvwxyz123456"])` is `KEY <redacted>…`.
+
+use std::borrow::Cow;
+
+/// Below this length a masked secret shows nothing: seven shown characters
+/// of a twelve-character secret would give most of it away.
+const MIN_LEN_TO_SHOW_ENDS: usize = 16;
+
+/// How a secret is shown: `sk-…abcd` for a long one (its first three and
+/// last four characters), `…` for a short one. The ends shown are the
+/// secret's, with control characters as `?`: a pasted key that ends in a
+/// newline or a terminal escape must not move the cursor of whoever reads
+/// `status`. `crate::store::Secret::masked` is this.
+pub fn mask(secret: &str) -> String {
+    let chars: Vec<char> = secret.chars().collect();
+    if chars.len() < MIN_LEN_TO_SHOW_ENDS {
+        return "…".into();
+    }
+    let shown = |cs: &[char]| -> String {
+        cs.iter()
+            .map(|&c| if c.is_control() { '?' } else { c })
+            .collect()
+    };
+    let (head, tail) = (shown(&chars[..3]), shown(&chars[chars.len() - 4..]));
+    format!("{head}…{tail}")
+}
+
+/// Whether a source line may hold a secret, so it must not be quoted back
+/// in a message (SPEC R16.11): it sets a key whose name says it holds one
+/// (`apiKey: …`, `"accessToken": …`, `client-secret: …`), or it holds a
+/// value shaped like a credential whatever its key (`note: sk-…`, a value
+/// on its own line, a one-line JSON object). A false positive only hides
+/// a source line; the path, line and column are still given.
+pub fn may_hold_secret(line: &str) -> bool {
+    // A key with a `:` in it is a profile id (`openai:api-key-backup`),
+    // whose value is a profile, not a secret; field names have none.
+    line_keys(line)
+        .filter(|k| !k.contains(':'))
+        .any(secret_key_name)
+        || looks_like_secret(line)
+}
+
+/// The mapping keys a source line sets: the text before each `:` that ends
+/// a key (a quoted key, as in JSON, or a plain one followed by a space or
+/// the line end), back to where the key starts. `ollama/monkey:7b` sets
+/// none; `openai:default:` sets `openai:default`.
+pub(crate) fn line_keys(line: &str) -> impl Iterator<Item = &str> {
+    line.match_indices(':').filter_map(move |(i, _)| {
+        let before = line[..i].trim_end_matches([' ', '\t']);
+        if let Some(q) = before.chars().last().filter(|c| matches!(c, '"' | '\'')) {
+            let inner = &before[..before.len() - 1];
+            let start = inner.rfind(q).map_or(0, |s| s + 1);
+            return Some(&inner[start..]);
+        }
+        let after = &line[i + 1..];
+        if !(after.is_empty() || after.starts_with([' ', '\t', '\r'])) {
+            return None;
+        }
+        let start = before
+            .rfind([' ', '\t', '{', '[', ','])
+            .map_or(0, |s| s + 1);
+        Some(&before[start..]).filter(|k| !k.is_empty())
+    })
+}
+
+/// Whether a key's name says its value is a secret, in any spelling:
+/// `apiKey`, `api_key`, `API-KEY`, `apikey`, `accessToken`,
+/// `client_secret`, `privateKey`, `Authorization`, `x-auth-header`,
+/// `bearer`. The name is split into lower-cased words (at camelCase
+/// humps and at `_`, `-`, `.`, spaces); it is a secret when a word is one
+/// of [`SECRET_KEY_WORDS`], or when the words run together contain one of
+/// [`SECRET_KEY_PARTS`]. The keys this file reads (`auth`, `order`,
+/// `profiles`, `primary`, `fallbacks`, `authPermanentBackoffMinutes`, …)
+/// match neither.
+pub fn secret_key_name(key: &str) -> bool {
+    let words = key_words(key);
+    let joined = words.concat();
+    SECRET_KEY_PARTS.iter().any(|p| joined.contains(p))
+        || words.iter().any(|w| SECRET_KEY_WORDS.contains(&w.as_str()))
+}
+
+/// Parts of a key name that mark a secret wherever they occur: `key`
+/// catches `apiKey`, `privateKey`, `x-api-key`, `keyfile` (and `monkey`,
+/// a false positive that only hides a line).
+pub const SECRET_KEY_PARTS: &[&str] = &[
+    "key",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "passphrase",
+    "bearer",
+    "authorization",
+    "authheader",
+    "credential",
+    "private",
+    "cookie",
+];
+
+/// Words that mark a secret only as a whole word (`refresh`, `access`:
+/// OAuth token fields; as parts they would catch harmless names). `auth`
+/// is not one: it is a section this file reads.
+pub const SECRET_KEY_WORDS: &[&str] = &["access", "refresh", "pass", "pwd", "pat", "jwt"];
+
+/// A key name as lower-cased words: `accessToken` → `access`, `token`;
+/// `APIKey` → `api`, `key`; `client-secret` → `client`, `secret`.
+pub(crate) fn key_words(key: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let chars: Vec<char> = key.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        if !c.is_alphanumeric() {
+            if !word.is_empty() {
+                words.push(std::mem::take(&mut word));
+            }
+            continue;
+        }
+        let prev = i.checked_sub(1).map(|j| chars[j]);
+        let next = chars.get(i + 1).copied();
+        let hump = c.is_uppercase()
+            && prev.is_some_and(|p| {
+                p.is_lowercase()
+                    || p.is_ascii_digit()
+                    || (p.is_uppercase() && next.is_some_and(char::is_lowercase))
+            });
+        if hump && !word.is_empty() {
+            words.push(std::mem::take(&mut word));
+        }
+        word.extend(c.to_lowercase());
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
+/// Well-known prefixes of issued credentials, with the shortest token
+/// that counts (so a plain word that happens to start the same way does
+/// not): OpenAI/Anthropic/Stripe keys, GitHub, GitLab, Slack, Hugging
+/// Face, npm and PyPI tokens, AWS access key ids, Google API keys, JWTs.
+pub const SECRET_PREFIXES: &[(&str, usize)] = &[
+    ("sk-", 8),
+    ("sk_", 8),
+    ("rk_", 12),
+    ("ghp_", 12),
+    ("gho_", 12),
+    ("ghu_", 12),
+    ("ghs_", 12),
+    ("ghr_", 12),
+    ("github_pat_", 16),
+    ("glpat-", 12),
+    ("xoxa-", 10),
+    ("xoxb-", 10),
+    ("xoxe", 10),
+    ("xoxp-", 10),
+    ("xoxs-", 10),
+    ("hf_", 20),
+    ("npm_", 20),
+    ("pypi-", 20),
+    ("AKIA", 16),
+    ("ASIA", 16),
+    ("AIza", 20),
+    ("eyJ", 20),
+];
+
+/// Whether text holds a value shaped like a credential: a token with a
+/// well-known prefix ([`SECRET_PREFIXES`]), an HTTP auth scheme with its
+/// credential (`Bearer …`, `Basic …`), a URL with a password
+/// (`https://user:pw@host`), or a long token that looks random
+/// ([`random_token`]). Tokens are the runs of `[A-Za-z0-9_.-]`.
+pub fn looks_like_secret(text: &str) -> bool {
+    let is_token = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    let mut rest = text;
+    while let Some(start) = rest.find(is_token) {
+        let tail = &rest[start..];
+        let len = tail.find(|c| !is_token(c)).unwrap_or(tail.len());
+        let (token, after) = tail.split_at(len);
+        let prefixed = SECRET_PREFIXES.iter().any(|&(p, min)| {
+            token.len() >= min
+                && token.get(..p.len()).is_some_and(|t| {
+                    t == p || (p == p.to_ascii_lowercase() && t.eq_ignore_ascii_case(p))
+                })
+        });
+        // `Bearer <anything>`, `Basic <base64>`: the scheme word, a space,
+        // then the credential.
+        let credential = after.trim_start_matches([' ', '\t']);
+        let spaced = credential.len() < after.len();
+        let scheme = spaced
+            && if token.eq_ignore_ascii_case("bearer") {
+                credential.starts_with(|c: char| !c.is_whitespace() && c != '#')
+            } else if token.eq_ignore_ascii_case("basic") {
+                credential
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=')))
+                    .unwrap_or(credential.len())
+                    >= 8
+            } else {
+                false
+            };
+        if prefixed || scheme || random_token(token) {
+            return true;
+        }
+        rest = after;
+    }
+    // `scheme://user:password@host`
+    text.match_indices("://").any(|(i, _)| {
+        let authority = &text[i + 3..];
+        let authority = &authority[..authority
+            .find(|c: char| c == '/' || c.is_whitespace() || matches!(c, '"' | '\''))
+            .unwrap_or(authority.len())];
+        authority
+            .rfind('@')
+            .is_some_and(|at| authority[..at].contains(':'))
+    })
+}
+
+/// Whether a token looks random rather than like a name: 24 characters or
+/// more, with letters and digits (or with upper and lower case letters
+/// each a quarter of it), and either a piece between `-`, `_`, `.` of 16
+/// characters or more that mixes kinds (lower case, upper case, digits),
+/// or 8 switches of kind or more inside pieces. Model ids are short
+/// pieces of one kind (`claude-3-5-sonnet-20241022`,
+/// `Llama-3.2-11B-Vision-Instruct-Turbo`), and camelCase key names have no
+/// digits and few capitals; a random 32-character key passes nearly
+/// always (see the tests).
+pub fn random_token(token: &str) -> bool {
+    if token.len() < 24 {
+        return false;
+    }
+    let count = |f: fn(&u8) -> bool| token.bytes().filter(f).count();
+    let (lower, upper, digits) = (
+        count(u8::is_ascii_lowercase),
+        count(u8::is_ascii_uppercase),
+        count(u8::is_ascii_digit),
+    );
+    let mixed_case = lower * 4 >= token.len() && upper * 4 >= token.len();
+    if lower + upper == 0 || (digits == 0 && !mixed_case) {
+        return false;
+    }
+    let kind = |b: u8| match b {
+        b'a'..=b'z' => 0,
+        b'A'..=b'Z' => 1,
+        _ => 2,
+    };
+    let mut switches = 0;
+    for piece in token.split(['-', '_', '.']) {
+        let b = piece.as_bytes();
+        let piece_switches = b.windows(2).filter(|w| kind(w[0]) != kind(w[1])).count();
+        if b.len() >= 16 && piece_switches > 0 {
+            return true;
+        }
+        switches += piece_switches;
+    }
+    switches >= 8
+}
+
+/// `text` with every credential-shaped part masked: tokens with a known
+/// prefix or that look random become their mask (`sk-…wxyz`, `…` when
+/// short), the credential after `Bearer` / `Basic` becomes `…`, and the
+/// password of a `user:password@host` URL becomes `…`. Text with nothing
+/// of the kind is returned as it is; a masked text is left as it is.
+pub fn redact(text: &str) -> Cow<'_, str> {
+    if !looks_like_secret(text) {
+        return Cow::Borrowed(text);
+    }
+    let is_token = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(is_token) {
+        out.push_str(&rest[..start]);
+        let tail = &rest[start..];
+        let len = tail.find(|c| !is_token(c)).unwrap_or(tail.len());
+        let (token, mut after) = tail.split_at(len);
+        if looks_like_secret(token) {
+            out.push_str(&mask(token));
+        } else {
+            out.push_str(token);
+        }
+        // `Bearer <credential>`: the whole word after the scheme goes.
+        let spaced = after.trim_start_matches([' ', '\t']);
+        if (token.eq_ignore_ascii_case("bearer") || token.eq_ignore_ascii_case("basic"))
+            && spaced.len() < after.len()
+            && !spaced.is_empty()
+            && !spaced.starts_with(char::is_whitespace)
+        {
+            let word = spaced.find(char::is_whitespace).unwrap_or(spaced.len());
+            out.push_str(&after[..after.len() - spaced.len()]);
+            out.push('…');
+            after = &spaced[word..];
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    // `scheme://user:password@host`: the password goes.
+    let mut done = String::with_capacity(out.len());
+    let mut rest = out.as_str();
+    while let Some(i) = rest.find("://") {
+        let (head, authority) = rest.split_at(i + 3);
+        done.push_str(head);
+        let end = authority
+            .find(|c: char| c == '/' || c.is_whitespace() || matches!(c, '"' | '\''))
+            .unwrap_or(authority.len());
+        let (auth, after) = authority.split_at(end);
+        match auth
+            .rfind('@')
+            .and_then(|at| auth[..at].find(':').map(|c| (c, at)))
+        {
+            Some((colon, at)) => {
+                done.push_str(&auth[..=colon]);
+                done.push('…');
+                done.push_str(&auth[at..]);
+            }
+            None => done.push_str(auth),
+        }
+        rest = after;
+    }
+    done.push_str(rest);
+    Cow::Owned(done)
+}
+
+/// [`redact`] on every string of a JSON value, object keys included.
+pub fn redact_json(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => {
+            if let Cow::Owned(r) = redact(s) {
+                *s = r;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact_json),
+        Value::Object(map) => {
+            let old = std::mem::take(map);
+            for (k, mut v) in old {
+                redact_json(&mut v);
+                map.insert(redact(&k).into_owned(), v);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Pieces of a stored secret this long or longer are removed wherever they
+/// occur: a provider that echoes only the first 30 characters of a key, or
+/// its last 12, must not get them printed. Shorter pieces would match
+/// ordinary words.
+pub const MIN_SECRET_PIECE: usize = 12;
+
+/// `text` with every stored secret in `secrets` replaced by `<redacted>`:
+/// whole, in any ASCII letter case, and in part (any run of at least
+/// [`MIN_SECRET_PIECE`] characters of a secret, which covers its long
+/// prefixes and suffixes). A secret shorter than that is removed only
+/// whole, in any case.
+pub fn scrub_known(text: &str, secrets: &[String]) -> String {
+    let lower = text.to_ascii_lowercase();
+    let hay = lower.as_bytes();
+    // Which bytes of `text` belong to some secret.
+    let mut hidden = vec![false; hay.len()];
+    let mut any = false;
+    let lowered: Vec<Vec<u8>> = secrets
+        .iter()
+        .map(|s| s.to_ascii_lowercase().into_bytes())
+        .filter(|s| !s.is_empty())
+        .collect();
+    // Every window of MIN_SECRET_PIECE bytes of every long secret, in one
+    // set, so the text is read once whatever the number of secrets.
+    let windows: std::collections::HashSet<&[u8]> = lowered
+        .iter()
+        .filter(|s| s.len() >= MIN_SECRET_PIECE)
+        .flat_map(|s| s.windows(MIN_SECRET_PIECE))
+        .collect();
+    if !windows.is_empty() && hay.len() >= MIN_SECRET_PIECE {
+        for (i, w) in hay.windows(MIN_SECRET_PIECE).enumerate() {
+            if windows.contains(w) {
+                hidden[i..i + MIN_SECRET_PIECE]
+                    .iter_mut()
+                    .for_each(|h| *h = true);
+                any = true;
+            }
+        }
+    }
+    // Short secrets: whole only.
+    for s in lowered.iter().filter(|s| s.len() < MIN_SECRET_PIECE) {
+        let finder = memchr::memmem::Finder::new(s);
+        for i in finder.find_iter(hay) {
+            hidden[i..i + s.len()].iter_mut().for_each(|h| *h = true);
+            any = true;
+        }
+    }
+    if !any {
+        return text.to_string();
+    }
+    // Whole characters only: a run that cuts a multi-byte character
+    // takes all of it.
+    for i in 1..hay.len() {
+        if hidden[i - 1] && !text.is_char_boundary(i) {
+            hidden[i] = true;
+        }
+    }
+    for i in (0..hay.len().saturating_sub(1)).rev() {
+        if hidden[i + 1] && !text.is_char_boundary(i + 1) {
+            hidden[i] = true;
+        }
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < hay.len() {
+        if hidden[i] {
+            out.push_str("<redacted>");
+            while i < hay.len() && hidden[i] {
+                i += 1;
+            }
+        } else {
+            let j = (i..hay.len()).find(|&j| hidden[j]).unwrap_or(hay.len());
+            out.push_str(&text[i..j]);
+            i = j;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_masks_only_credential_shaped_parts() {
+        let key = "sk-proj-abcdefghijklmnopqrstuvwxyz123456";
+        assert_eq!(
+            redact(&format!("profile {key} failed")),
+            "profile sk-…3456 failed"
+        );
+        assert_eq!(redact(&format!("openai:{key}")), "openai:sk-…3456");
+        assert_eq!(
+            redact("Authorization: Bearer abc.def"),
+            "Authorization: Bearer …"
+        );
+        assert_eq!(
+            redact("https://bob:hunter22@example.com/x"),
+            "https://bob:…@example.com/x"
+        );
+        for plain in [
+            "openai/gpt-5.2",
+            "anthropic:default",
+            "rate_limit.402_usage_window",
+            "sk-…3456",
+        ] {
+            assert_eq!(redact(plain), plain);
+        }
+        // Idempotent.
+        let once = redact(&format!("{key} and Bearer {key} x")).into_owned();
+        assert_eq!(once, "sk-…3456 and Bearer … x");
+        assert_eq!(redact(&once), once);
+        assert!(!once.contains("abcdefghij"), "{once}");
+    }
+
+    /// Issue 16 item 7: an echoed key, upper-cased or cut to its first 30
+    /// characters (or its last 12), is removed.
+    #[test]
+    fn scrub_known_removes_case_changed_and_partial_echoes() {
+        let key = "sk-live-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789".to_string();
+        let secrets = [key.clone()];
+        for echo in [
+            key.clone(),
+            key.to_ascii_uppercase(),
+            key[..30].to_string(),
+            key[key.len() - 12..].to_string(),
+            key[5..25].to_ascii_lowercase(),
+        ] {
+            let out = scrub_known(&format!("invalid key «{echo}» given"), &secrets);
+            assert_eq!(out, "invalid key «<redacted>» given", "{echo}");
+        }
+        // Short runs of it are ordinary text.
+        assert_eq!(
+            scrub_known("sk-live-Ab is fine", &secrets),
+            "sk-live-Ab is fine"
+        );
+        // A short secret goes only whole, in any case.
+        assert_eq!(
+            scrub_known("pw HUNTER2 pw", &["hunter2".into()]),
+            "pw <redacted> pw"
+        );
+    }
+}
