@@ -135,4 +135,20 @@ mod tests {
         agrees(r"é429", &inputs);
         agrees(r"\p{Lu}429", &inputs);
     }
+
+    /// Issue 11: word boundaries are ASCII, so a message with non-ASCII
+    /// text stays on the fast engines, and CJK text next to an English word
+    /// is a boundary.
+    #[test]
+    fn word_boundaries_are_ascii() {
+        let folded = ascii_fold(r"\bModel not found\b", "", 64).unwrap();
+        assert!(folded.contains(r"(?-u:\b)"), "{folded}");
+        let re = Regex::new(&folded).unwrap();
+        assert!(re.is_match("模型model not found"));
+        assert!(re.is_match("error: model not found."));
+        assert!(!re.is_match("supermodel not foundation"));
+        // Case-sensitive patterns are not folded and keep Unicode `\b`.
+        let unicode = Regex::new(r"\bmodel").unwrap();
+        assert!(!unicode.is_match("模型model"));
+    }
 }
