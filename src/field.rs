@@ -32,8 +32,9 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use crate::classify::{Body, Engine, ProviderError};
+use crate::classify::{Engine, ProviderError};
 use crate::compile::DisableLane;
+use crate::golden::preview;
 
 /// The default floor of exact agreement (percent) below which `failover
 /// test` fails.
@@ -97,18 +98,17 @@ fn text_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::
 impl Item {
     /// The input as the engine sees it.
     pub fn input(&self) -> ProviderError<'_> {
-        ProviderError {
-            provider: self.provider.as_deref(),
-            model: self.model.as_deref(),
-            status: self.status,
-            code: self.code.as_deref(),
-            error_type: self.error_type.as_deref(),
-            message: self.message.as_deref(),
-            body: self.body.as_ref().map(|b| match b {
-                Value::String(s) => Body::Text(s),
-                other => Body::Json(other),
-            }),
-        }
+        crate::golden::error_input(
+            [
+                &self.provider,
+                &self.model,
+                &self.code,
+                &self.error_type,
+                &self.message,
+            ],
+            self.status,
+            self.body.as_ref(),
+        )
     }
 
     fn text(&self) -> String {
@@ -371,29 +371,22 @@ pub fn run(engine: &Engine, files: &[FieldFile], floor_pct: f64) -> Report {
     report
 }
 
-fn preview(s: &str, max: usize) -> String {
-    let one_line: String = s
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if one_line.chars().count() <= max {
-        one_line
-    } else {
-        let mut t: String = one_line.chars().take(max).collect();
-        t.push('…');
-        t
-    }
-}
-
-fn agreement_row(out: &mut String, name: &str, a: &Agreement) {
+fn agreement_table(out: &mut String, group: &str, rows: &BTreeMap<String, Agreement>) {
     let _ = writeln!(
         out,
-        "  {:<24} {:>5} {:>7.1}% {:>9.1}%",
-        preview(name, 24),
-        a.items,
-        a.exact_pct(),
-        a.decision_pct()
+        "\n  {group:<24} {:>5} {:>8} {:>10}",
+        "items", "exact", "decision"
     );
+    for (name, a) in rows {
+        let _ = writeln!(
+            out,
+            "  {:<24} {:>5} {:>7.1}% {:>9.1}%",
+            preview(name, 24),
+            a.items,
+            a.exact_pct(),
+            a.decision_pct()
+        );
+    }
 }
 
 fn verdict_line(out: &mut String, v: &Verdict) {
@@ -458,22 +451,8 @@ pub fn render(report: &Report) -> String {
         pct(failovers, t.items)
     );
 
-    let _ = writeln!(
-        out,
-        "\n  {:<24} {:>5} {:>8} {:>10}",
-        "provider", "items", "exact", "decision"
-    );
-    for (name, a) in &report.by_provider {
-        agreement_row(&mut out, name, a);
-    }
-    let _ = writeln!(
-        out,
-        "\n  {:<24} {:>5} {:>8} {:>10}",
-        "expected reason", "items", "exact", "decision"
-    );
-    for (name, a) in &report.by_reason {
-        agreement_row(&mut out, name, a);
-    }
+    agreement_table(&mut out, "provider", &report.by_provider);
+    agreement_table(&mut out, "expected reason", &report.by_reason);
     if !report.confusion.is_empty() {
         let mut pairs: Vec<(&(String, String), &usize)> = report.confusion.iter().collect();
         pairs.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));

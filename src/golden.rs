@@ -138,18 +138,17 @@ fn strip_location(msg: &str) -> String {
 impl Case {
     /// The input as the engine sees it.
     pub fn input(&self) -> ProviderError<'_> {
-        ProviderError {
-            provider: self.provider.as_deref(),
-            model: self.model.as_deref(),
-            status: self.status,
-            code: self.code.as_deref(),
-            error_type: self.error_type.as_deref(),
-            message: self.message.as_deref(),
-            body: self.body.as_ref().map(|b| match b {
-                Value::String(s) => Body::Text(s),
-                other => Body::Json(other),
-            }),
-        }
+        error_input(
+            [
+                &self.provider,
+                &self.model,
+                &self.code,
+                &self.error_type,
+                &self.message,
+            ],
+            self.status,
+            self.body.as_ref(),
+        )
     }
 
     /// A one-line description of the input, for tables and failures.
@@ -185,7 +184,30 @@ impl Case {
     }
 }
 
-fn preview(s: &str, max: usize) -> String {
+/// The engine's input from the fields a cases or corpus file writes:
+/// `[provider, model, code, type, message]`, the status and the body (text
+/// or a JSON/YAML object).
+pub(crate) fn error_input<'a>(
+    [provider, model, code, error_type, message]: [&'a Option<String>; 5],
+    status: Option<u16>,
+    body: Option<&'a Value>,
+) -> ProviderError<'a> {
+    ProviderError {
+        provider: provider.as_deref(),
+        model: model.as_deref(),
+        status,
+        code: code.as_deref(),
+        error_type: error_type.as_deref(),
+        message: message.as_deref(),
+        body: body.map(|b| match b {
+            Value::String(s) => Body::Text(s),
+            other => Body::Json(other),
+        }),
+    }
+}
+
+/// One line of at most `max` characters (a newline shown as `⏎`).
+pub(crate) fn preview(s: &str, max: usize) -> String {
     let one_line = s.replace('\n', "⏎");
     if one_line.chars().count() <= max {
         one_line
