@@ -18,6 +18,13 @@
 //!
 //! Everything shares the machine's cores: client, upstream and gateway.
 //! Loopback only; every loop is bounded in count or time.
+//!
+//! With `LITELLM=/path/to/litellm` (the LiteLLM proxy's command, e.g. from
+//! `pip install 'litellm[proxy]'` in a virtual environment) the same
+//! workload then runs through a LiteLLM proxy (one worker) in front of the
+//! same upstream, and the ratios are printed: the side-by-side comparison
+//! of benches/README.md. It starts with `LITELLM_LOCAL_MODEL_COST_MAP=True`
+//! so that it reads no price map from the network.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -263,5 +270,116 @@ async fn main() {
 
     let _ = child.kill();
     let _ = child.wait();
+
+    if let Ok(litellm) = std::env::var("LITELLM") {
+        let ours = Side {
+            added50: g50.saturating_sub(d50),
+            failover50: f50.saturating_sub(t50),
+            rps,
+            rss_mb: rss2 / 1024,
+        };
+        side_by_side(&litellm, &dir, up, d50, t50, secs, ours).await;
+    }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The gateway's figures, for the ratios against LiteLLM.
+struct Side {
+    added50: u64,
+    failover50: u64,
+    rps: f64,
+    rss_mb: u64,
+}
+
+/// The same workload through a LiteLLM proxy in front of the same upstream.
+async fn side_by_side(
+    bin: &str,
+    dir: &std::path::Path,
+    up: std::net::SocketAddr,
+    d50: u64,
+    t50: u64,
+    secs: u64,
+    ours: Side,
+) {
+    let cfg = format!(
+        "model_list:\n  - model_name: local/m\n    litellm_params: {{ model: openai/m, api_base: 'http://{up}/ok/v1', api_key: sk-bench }}\n  - model_name: once\n    litellm_params: {{ model: openai/m, api_base: 'http://{up}/fail/v1', api_key: sk-bench }}\nrouter_settings:\n  fallbacks: [{{ once: [local/m] }}]\nlitellm_settings:\n  num_retries: 0\n"
+    );
+    std::fs::write(dir.join("litellm.yaml"), cfg).unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut child = std::process::Command::new(bin)
+        .arg("--config")
+        .arg(dir.join("litellm.yaml"))
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--num_workers",
+            "1",
+        ])
+        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        .env(
+            "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY",
+            "true",
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("LITELLM names the litellm proxy command");
+    let http = reqwest::Client::new();
+    let mut up_ok = false;
+    for _ in 0..1200 {
+        if http
+            .get(format!("http://127.0.0.1:{port}/health/liveliness"))
+            .send()
+            .await
+            .is_ok()
+        {
+            up_ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if !up_ok {
+        println!("LiteLLM did not start within 120 s");
+        let _ = child.kill();
+        let _ = child.wait();
+        return;
+    }
+    let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
+    sequential(&http, &url, "local/m", 200).await;
+    let n = 1000;
+    let mut l = sequential(&http, &url, "local/m", n).await;
+    let (l50, l99) = (pct(&mut l.e2e, 0.5), pct(&mut l.e2e, 0.99));
+    let probe = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(BODY.replace("MODEL", "once"))
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    println!("LiteLLM 'once' (404 upstream, fallback configured) answers {probe:?}");
+    let mut lf = sequential(&http, &url, "once", n / 2).await;
+    let lf50 = pct(&mut lf.e2e, 0.5);
+    let (_, lrps, lfail) =
+        concurrent(&url, "local/m", 64, 1_000_000, Duration::from_secs(secs)).await;
+    let lrss = rss_kb(child.id()) / 1024;
+    let added = l50.saturating_sub(d50);
+    let failover = lf50.saturating_sub(t50);
+    println!("LiteLLM proxy          p50 {l50} µs  p99 {l99} µs; added p50 {added} µs");
+    println!("LiteLLM failover once  p50 {lf50} µs; added p50 {failover} µs beyond the two direct round trips");
+    println!("LiteLLM 64 clients     {lrps:.0} req/s, {lfail} failed; RSS {lrss} MB (one worker)");
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::INFINITY };
+    println!(
+        "ratios (LiteLLM / failover): added latency {:.0}×, failover once {:.0}×, throughput {:.1}× (failover / LiteLLM), RSS {:.1}×",
+        ratio(added as f64, ours.added50.max(1) as f64),
+        ratio(failover as f64, ours.failover50.max(1) as f64),
+        ratio(ours.rps, lrps),
+        ratio(lrss as f64, ours.rss_mb.max(1) as f64)
+    );
+    let _ = child.kill();
+    let _ = child.wait();
 }
