@@ -190,7 +190,7 @@ pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
     let body = serde_json::to_vec(&Value::Object(input.body)).unwrap_or_default();
     let send = input
         .client
-        .post(u.endpoint())
+        .post(u.endpoint_url().clone())
         .headers(headers)
         .body(body)
         .send();

@@ -103,6 +103,10 @@ pub struct Upstream {
     pub env_key: Option<Secret>,
     /// `models`: ids listed by `GET /v1/models`.
     pub models: Vec<String>,
+    /// [`Upstream::endpoint`] parsed once, when the config is read: parsing
+    /// a URL per request was about 10% of the gateway's own instructions
+    /// (callgrind, benches/README.md "Gateway").
+    endpoint_url: reqwest::Url,
 }
 
 impl fmt::Debug for Upstream {
@@ -121,10 +125,19 @@ impl Upstream {
     /// The endpoint URL (DESIGN: OpenAI's base URL ends in `/v1`,
     /// Anthropic's does not).
     pub fn endpoint(&self) -> String {
-        match self.api {
-            Api::OpenAiCompletions => format!("{}/chat/completions", self.base_url),
-            Api::AnthropicMessages => format!("{}/v1/messages", self.base_url),
-        }
+        endpoint_of(&self.base_url, self.api)
+    }
+
+    /// [`Upstream::endpoint`], parsed.
+    pub fn endpoint_url(&self) -> &reqwest::Url {
+        &self.endpoint_url
+    }
+}
+
+fn endpoint_of(base_url: &str, api: Api) -> String {
+    match api {
+        Api::OpenAiCompletions => format!("{base_url}/chat/completions"),
+        Api::AnthropicMessages => format!("{base_url}/v1/messages"),
     }
 }
 
@@ -447,13 +460,25 @@ fn provider(
             }
         }
     }
+    let (base_url, api) = (base_url?, api?);
+    let endpoint_url = match reqwest::Url::parse(&endpoint_of(&base_url, api)) {
+        Ok(u) => u,
+        Err(e) => {
+            problems.push(UpstreamProblem {
+                path: format!("{path}.baseUrl"),
+                message: format!("not a valid URL: {e}"),
+            });
+            return None;
+        }
+    };
     Some(Upstream {
         id: id.trim().to_ascii_lowercase(),
-        base_url: base_url?,
-        api: api?,
+        base_url,
+        api,
         timeouts,
         env_key,
         models,
+        endpoint_url,
     })
 }
 
@@ -506,6 +531,24 @@ mod tests {
             u.get("anthropic").unwrap().endpoint(),
             "http://h:1/v1/messages"
         );
+        assert_eq!(
+            u.get("anthropic").unwrap().endpoint_url().as_str(),
+            "http://h:1/v1/messages"
+        );
+    }
+
+    // The endpoint is parsed when the config is read, so a URL that does
+    // not parse is a config problem, not a failure of every request.
+    #[test]
+    fn an_unparsable_base_url_is_a_config_problem() {
+        let text = "models:
+  providers:
+    a: { baseUrl: 'http://exa mple.com:99999/v1', api: openai-completions }
+";
+        let e = parse(text, &env).unwrap_err();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].path, "models.providers.a.baseUrl");
+        assert!(e[0].message.starts_with("not a valid URL"), "{}", e[0].message);
     }
 
     #[test]
