@@ -821,12 +821,20 @@ impl Running {
 /// `failover serve`: runs until SIGTERM or Ctrl-C; SIGHUP reloads.
 /// Returns the exit code.
 pub fn main(opts: Options) -> i32 {
+    // Log lines go through a bounded queue to one writer thread, so a
+    // request's worker never waits on stderr; when the queue is full the
+    // worker waits (`lossy(false)`): a decision line is never dropped. The
+    // guard flushes what is queued when `main` returns.
+    let (writer, _flush) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("failover-log")
+        .finish(std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .json()
         .flatten_event(true)
         .with_current_span(false)
         .with_max_level(tracing::Level::INFO)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .try_init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -548,7 +548,11 @@ mod tests {
         let e = parse(text, &env).unwrap_err();
         assert_eq!(e.len(), 1, "{e:?}");
         assert_eq!(e[0].path, "models.providers.a.baseUrl");
-        assert!(e[0].message.starts_with("not a valid URL"), "{}", e[0].message);
+        assert!(
+            e[0].message.starts_with("not a valid URL"),
+            "{}",
+            e[0].message
+        );
     }
 
     #[test]
