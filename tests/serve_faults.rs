@@ -547,3 +547,36 @@ async fn openai_client_streams_from_an_anthropic_upstream() {
     assert!(r.text.trim_end().ends_with("data: [DONE]"));
     gw.stop().await;
 }
+
+// A whole answer in the client's own protocol is passed on as the upstream
+// sent it (bytes, spacing and key order kept); a 200 whose body is not one
+// JSON object is a failure of that upstream, and the chain goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_protocol_answers_pass_through_and_a_non_json_200_falls_back() {
+    let gw = Gw::start("passthrough", Setup::default()).await;
+    let body = "{ \"z_last_first\": 1,\n  \"id\": \"cmpl-9\", \"object\": \"chat.completion\", \"model\": \"m\",\n  \"choices\": [{\"index\": 0, \"message\": {\"role\": \"assistant\", \"content\": \"as sent\"}, \"finish_reason\": \"stop\"}] }\n";
+    gw.prim.push(Reply::Http {
+        status: 200,
+        headers: vec![],
+        body: body.into(),
+    });
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.text, body);
+    assert_eq!(
+        r.header("content-type").as_deref(),
+        Some("application/json")
+    );
+
+    gw.prim.push(Reply::Http {
+        status: 200,
+        headers: vec![],
+        body: "{\"id\": \"cmpl-10\", \"choices\": [".into(),
+    });
+    gw.back.push(ok_openai("from back"));
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "from back");
+    assert_eq!(r.header("x-failover-attempts").as_deref(), Some("2"));
+    gw.stop().await;
+}

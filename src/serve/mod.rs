@@ -64,7 +64,9 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
 use crate::policy::ModelRef;
-use crate::run::{Attempt, AttemptError, AttemptOutcome, RunError, RunOutput, RunRequest, Runner};
+use crate::run::{
+    Attempt, AttemptError, AttemptOutcome, ProviderFailure, RunError, RunOutput, RunRequest, Runner,
+};
 use crate::store::{Credential, DEFAULT_AGENT};
 
 use metrics::Metrics;
@@ -349,7 +351,8 @@ fn select(set: &ActiveSet, model: &str) -> Option<(String, RunRequest)> {
 
 /// A finished attempt, in the client's protocol.
 enum Done {
-    Whole(Value),
+    /// The bytes of the client's JSON answer.
+    Whole(Bytes),
     Stream {
         started: Started,
         upstream: Protocol,
@@ -586,7 +589,17 @@ async fn run(
                 .await;
                 waited_us.fetch_add(called.elapsed().as_micros() as u64, Ordering::Relaxed);
                 Ok(match answer? {
-                    Answer::Whole(v) => Done::Whole(translate::response(up_proto, req.protocol, v)),
+                    // The same protocol: the upstream's bytes as they came.
+                    Answer::Whole(b) if up_proto == req.protocol => Done::Whole(b),
+                    Answer::Whole(b) => {
+                        let v: Value = serde_json::from_slice(&b).map_err(|_| {
+                            AttemptError::Provider(ProviderFailure::message(
+                                "upstream answered with a body that is not a JSON object",
+                            ))
+                        })?;
+                        let out = translate::response(up_proto, req.protocol, v);
+                        Done::Whole(Bytes::from(serde_json::to_vec(&out).unwrap_or_default()))
+                    }
                     Answer::Stream(started) => Done::Stream {
                         started,
                         upstream: up_proto,
@@ -628,7 +641,13 @@ fn success(
     }
     let model_label = set.model_label(&out.provider, &out.model);
     match out.value {
-        Done::Whole(v) => (StatusCode::OK, h, axum::Json(v)).into_response(),
+        Done::Whole(b) => {
+            h.insert(
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            (StatusCode::OK, h, b).into_response()
+        }
         Done::Stream {
             started,
             upstream,

@@ -43,8 +43,10 @@ pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> +
 
 /// A successful attempt.
 pub enum Answer {
-    /// A whole answer, as the upstream sent it.
-    Whole(Value),
+    /// A whole answer, as the upstream sent it: the bytes of one JSON
+    /// object (checked, not parsed into a tree: a client of the same
+    /// protocol gets these bytes unchanged).
+    Whole(Bytes),
     /// A stream whose first event has arrived.
     Stream(Started),
 }
@@ -322,11 +324,41 @@ pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
         }
         Ok(Ok((b, false))) => b,
     };
-    match serde_json::from_slice::<Value>(&bytes) {
-        Ok(v) if v.is_object() => Ok(Answer::Whole(v)),
-        _ => Err(AttemptError::Provider(
+    if is_json_object(&bytes) {
+        Ok(Answer::Whole(Bytes::from(bytes)))
+    } else {
+        Err(AttemptError::Provider(
             ProviderFailure::message("upstream answered with a body that is not a JSON object")
                 .with_status(status),
-        )),
+        ))
+    }
+}
+
+/// Whether `bytes` are one well-formed JSON object (surrounding white space
+/// allowed), checked without building a tree.
+fn is_json_object(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<&serde_json::value::RawValue>(bytes)
+        .is_ok_and(|raw| raw.get().starts_with('{'))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn whole_answers_must_be_one_json_object() {
+        for ok in [&b"{}"[..], b" {\"a\":[1,2]}\n"] {
+            assert!(super::is_json_object(ok));
+        }
+        for bad in [
+            &b""[..],
+            b"[]",
+            b"\"x\"",
+            b"{",
+            b"{} {}",
+            b"<html>",
+            b"{\"a\":1}x",
+            b"\xff",
+        ] {
+            assert!(!super::is_json_object(bad), "{bad:?}");
+        }
     }
 }
