@@ -558,15 +558,16 @@ async fn run(
                     )));
                 };
                 let up_proto = protocol_of(up.api);
-                let body = translate::request(req.protocol, up_proto, &req.body, &attempt.model)
-                    .map_err(|why| {
-                        AttemptError::Skip(format!(
-                            "{why}: the client speaks {} and upstream `{}` speaks {}",
-                            req.protocol.api().name(),
-                            up.id,
-                            up.api.name()
-                        ))
-                    })?;
+                let body =
+                    translate::request_body(req.protocol, up_proto, &req.body, &attempt.model)
+                        .map_err(|why| {
+                            AttemptError::Skip(format!(
+                                "{why}: the client speaks {} and upstream `{}` speaks {}",
+                                req.protocol.api().name(),
+                                up.id,
+                                up.api.name()
+                            ))
+                        })?;
                 let client = set.client(&up.id).ok_or_else(|| {
                     AttemptError::Skip(format!("no client for upstream `{}`", up.id))
                 })?;

@@ -58,6 +58,48 @@ pub fn request(
     Ok(out)
 }
 
+/// [`request`], serialised: the JSON body for the upstream. In the same
+/// protocol the client's fields are written as they are with `model`
+/// replaced, without copying the tree first.
+pub fn request_body(
+    from: Protocol,
+    to: Protocol,
+    body: &Map<String, Value>,
+    model: &str,
+) -> Result<Vec<u8>, Untranslatable> {
+    if from == to {
+        return Ok(serde_json::to_vec(&WithModel { body, model }).unwrap_or_default());
+    }
+    let out = request(from, to, body, model)?;
+    Ok(serde_json::to_vec(&out).unwrap_or_default())
+}
+
+/// A request body with its `model` replaced (or added, last, as
+/// [`Map::insert`] would).
+struct WithModel<'a> {
+    body: &'a Map<String, Value>,
+    model: &'a str,
+}
+
+impl serde::Serialize for WithModel<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let has_model = self.body.contains_key("model");
+        let mut m = s.serialize_map(Some(self.body.len() + usize::from(!has_model)))?;
+        for (k, v) in self.body {
+            if k == "model" {
+                m.serialize_entry(k, self.model)?;
+            } else {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        if !has_model {
+            m.serialize_entry("model", self.model)?;
+        }
+        m.end()
+    }
+}
+
 fn no_equivalent(field: &str, to: &str) -> Untranslatable {
     format!("request field `{field}` has no {to} equivalent")
 }
@@ -924,6 +966,36 @@ mod tests {
 
     fn obj(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    // The serialised body is the translated map, model replaced or added,
+    // in every direction.
+    #[test]
+    fn request_body_is_the_serialised_request() {
+        let with = obj(
+            json!({"model": "x", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}),
+        );
+        let without =
+            obj(json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}));
+        for body in [&with, &without] {
+            for (from, to) in [
+                (Protocol::OpenAi, Protocol::OpenAi),
+                (Protocol::Anthropic, Protocol::Anthropic),
+                (Protocol::OpenAi, Protocol::Anthropic),
+                (Protocol::Anthropic, Protocol::OpenAi),
+            ] {
+                let bytes = request_body(from, to, body, "gpt-x").unwrap();
+                let parsed: Map<String, Value> = serde_json::from_slice(&bytes).unwrap();
+                assert_eq!(
+                    parsed,
+                    request(from, to, body, "gpt-x").unwrap(),
+                    "{from:?} → {to:?}"
+                );
+                assert_eq!(parsed["model"], "gpt-x");
+                let text = String::from_utf8(bytes).unwrap();
+                assert_eq!(text.matches("\"model\"").count(), 1, "{text}");
+            }
+        }
     }
 
     #[test]

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
-use serde_json::{Map, Value};
 
 use crate::run::{requested_wait, AttemptError, ProviderFailure};
 use crate::store::{Credential, Profile};
@@ -159,7 +158,8 @@ async fn read_head(body: &mut BodyStream, limit: usize) -> Result<(Vec<u8>, bool
 pub struct CallInput<'a> {
     pub client: &'a reqwest::Client,
     pub upstream: &'a Upstream,
-    pub body: Map<String, Value>,
+    /// The JSON request body, in the upstream's protocol.
+    pub body: Vec<u8>,
     pub profile: Option<(&'a str, &'a Profile)>,
     /// `anthropic-version` / `anthropic-beta` of an Anthropic client, for
     /// an Anthropic upstream.
@@ -189,7 +189,7 @@ pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
             headers.insert(k, v);
         }
     }
-    let body = serde_json::to_vec(&Value::Object(input.body)).unwrap_or_default();
+    let body = input.body;
     let send = input
         .client
         .post(u.endpoint_url().clone())
