@@ -58,6 +58,21 @@ fn shipped_rules_keep_their_meaning_and_comments() {
     assert!(n_comments > 300, "{n_comments} comments");
 }
 
+/// CI runs `failover fmt --check rules`; this is the same check in the
+/// test suite, so a rules edit that is not formatted fails here too.
+#[test]
+fn shipped_rules_are_formatted() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (name, text) in DEFAULT_RULES {
+        let on_disk = std::fs::read_to_string(root.join(name)).unwrap();
+        assert_eq!(&on_disk, text);
+        assert!(
+            fmt(text) == *text,
+            "{name} is not formatted: run `cargo run -- fmt rules`"
+        );
+    }
+}
+
 // ─────────────── re-spacing and commenting the shipped rules ───────────────
 
 #[derive(Clone, Debug, PartialEq)]
