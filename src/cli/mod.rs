@@ -7,6 +7,7 @@ mod chain;
 mod check;
 pub mod classify;
 mod fmt;
+mod lsp;
 mod serve;
 mod simulate;
 mod status;
@@ -45,6 +46,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Rewrite `.rules` files in the canonical layout (`--check`: show the diff, exit 1).
     Fmt(fmt::FmtArgs),
+    /// Run the language server for `.rules` files on stdin/stdout (for editors).
+    Lsp(lsp::LspArgs),
 }
 
 /// `--rules DIR` (repeatable) and `--no-defaults`, shared by the commands
@@ -79,6 +82,7 @@ pub fn main() -> i32 {
         Command::Simulate(args) => simulate::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Fmt(args) => fmt::run(&args),
+        Command::Lsp(args) => lsp::run(&args),
     };
     match result {
         Ok(code) => code,
