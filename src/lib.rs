@@ -30,6 +30,7 @@ pub mod diag;
 pub mod field;
 pub mod golden;
 pub mod load;
+pub mod lsp;
 pub mod policy;
 pub mod redact;
 pub mod run;

@@ -6,6 +6,8 @@
 mod chain;
 mod check;
 pub mod classify;
+mod fmt;
+mod lsp;
 mod serve;
 mod simulate;
 mod status;
@@ -42,6 +44,10 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Run the OpenAI- and Anthropic-compatible gateway in front of the configured upstreams.
     Serve(serve::ServeArgs),
+    /// Rewrite `.rules` files in the canonical layout (`--check`: show the diff, exit 1).
+    Fmt(fmt::FmtArgs),
+    /// Run the language server for `.rules` files on stdin/stdout (for editors).
+    Lsp(lsp::LspArgs),
 }
 
 /// `--rules DIR` (repeatable) and `--no-defaults`, shared by the commands
@@ -75,6 +81,8 @@ pub fn main() -> i32 {
         Command::Status(args) => status::run(&args),
         Command::Simulate(args) => simulate::run(&args),
         Command::Serve(args) => serve::run(&args),
+        Command::Fmt(args) => fmt::run(&args),
+        Command::Lsp(args) => lsp::run(&args),
     };
     match result {
         Ok(code) => code,

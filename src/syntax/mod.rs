@@ -13,6 +13,7 @@
 //! its file, line and column.
 
 pub mod ast;
+pub mod fmt;
 mod source;
 
 use pest::error::{ErrorVariant, InputLocation};

@@ -1,0 +1,27 @@
+//! `failover lsp`: the language server for editors (src/lsp.rs).
+
+use clap::Args;
+
+use super::CmdResult;
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Speaks the Language Server Protocol on stdin/stdout; an editor starts it. \
+Exit codes: 0 after the client's `shutdown` and `exit`; 1 if the connection failed."
+)]
+pub struct LspArgs {
+    /// Accepted for editors that pass it (VS Code's language client does);
+    /// stdio is the only transport.
+    #[arg(long)]
+    pub stdio: bool,
+}
+
+pub fn run(_args: &LspArgs) -> CmdResult {
+    match crate::lsp::run() {
+        Ok(()) => Ok(0),
+        Err(e) => {
+            eprintln!("error: failover lsp: {e}");
+            Ok(1)
+        }
+    }
+}
