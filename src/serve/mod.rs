@@ -107,7 +107,11 @@ pub struct Gateway {
 impl Gateway {
     /// Builds the first set; `Err` holds its diagnostics.
     pub fn new(sources: Sources) -> Result<Arc<Gateway>, String> {
-        let stores = Stores::default();
+        Self::with_stores(sources, Stores::default())
+    }
+
+    /// [`Gateway::new`] with backends already opened ([`Stores::preopen`]).
+    pub fn with_stores(sources: Sources, stores: Stores) -> Result<Arc<Gateway>, String> {
         let metrics = Arc::new(Metrics::new());
         let set = reload::build(&sources, &stores, &metrics)?;
         let max = set.settings.max_concurrent;
@@ -239,11 +243,11 @@ async fn readyz(State(gw): Gw) -> Response {
 
 async fn metrics_text(State(gw): Gw) -> Response {
     let set = gw.active();
-    let cooling = state::off_runtime(|| {
+    let cooling = {
         let now = crate::store::Clock::now_ms(&crate::store::SystemClock);
         let mut by: std::collections::BTreeMap<String, i64> = Default::default();
         for r in set.runners.values() {
-            let Ok(st) = r.store().load_state() else {
+            let Ok(st) = r.face().load_state().await else {
                 continue;
             };
             for (id, s) in &st.usage_stats {
@@ -256,7 +260,7 @@ async fn metrics_text(State(gw): Gw) -> Response {
             }
         }
         by.into_iter().collect::<Vec<_>>()
-    });
+    };
     let text = gw.metrics.render(&cooling);
     (
         [(
@@ -749,7 +753,9 @@ pub async fn start(opts: Options) -> Result<Running, String> {
     // The watcher's first look is taken before the set is read, so a
     // change made while it is built is not missed.
     let first_look = state::off_runtime(|| reload::fingerprint(&opts.sources));
-    let gateway = state::off_runtime(|| Gateway::new(opts.sources.clone()))?;
+    let stores = Stores::default();
+    stores.preopen(&opts.sources).await?;
+    let gateway = state::off_runtime(|| Gateway::with_stores(opts.sources.clone(), stores))?;
     let listener = tokio::net::TcpListener::bind(&opts.listen)
         .await
         .map_err(|e| format!("error: cannot listen on `{}`: {e}", opts.listen))?;
