@@ -1,75 +1,65 @@
 //! One store test suite, run unchanged against every state backend
-//! (issue 13): the in-memory store, the files (SPEC R5 layout) and the
-//! embedded SQLite database, all through the async per-record face the
-//! executor uses ([`AsyncStore`]) and the whole-document [`Store`].
+//! (issue 13): the in-memory store, the files (SPEC R5 layout), the
+//! embedded SQLite database and Redis (a real `redis-server` on a free
+//! loopback port), all through the async per-record face the executor
+//! uses ([`AsyncStore`]) and the whole-document [`Store`].
 //!
 //! Each backend is a `Backend` value that opens a handle on a state
 //! directory; a durable backend opened twice on one directory gives two
 //! independent handles (two connections, as two processes or a restart
 //! would have). `suite!` instantiates every test for every backend.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use failover::auth::{block_for, record_failure, record_success, Block, CooldownPolicy, Failure};
 use failover::compile::ReasonBehaviour;
 use failover::run::MemoryStore;
 use failover::store::{
-    edit_profile, edit_session, AsyncStore, FileStore, SqliteStore, Store, StoreExt, SyncFace,
-    HOUR_MS, MINUTE_MS,
+    edit_profile, edit_session, AsyncStore, FileStore, RedisStore, SqliteStore, Store, StoreExt,
+    SyncFace, HOUR_MS, MINUTE_MS,
 };
 use failover::Engine;
 use serde_json::json;
 
 const T0: u64 = 1_767_225_600_000;
 
+#[path = "redis_support/mod.rs"]
+mod redis_support;
+
 type Handle = (Arc<dyn Store>, Arc<dyn AsyncStore>);
 
-struct Backend {
-    /// Opens a handle on `dir` (ignored by the in-memory store, whose one
-    /// handle is shared).
-    open: fn(&Path, &Option<Arc<MemoryStore>>) -> Handle,
-    durable: bool,
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Memory,
+    Files,
+    Sqlite,
+    Redis,
 }
 
 fn memory() -> Backend {
-    Backend {
-        open: |_, mem| {
-            let m = mem.clone().expect("memory handle");
-            (m.clone(), Arc::new(SyncFace::new(m)))
-        },
-        durable: false,
-    }
+    Backend::Memory
 }
-
 fn files() -> Backend {
-    Backend {
-        open: |dir, _| {
-            let s = Arc::new(FileStore::open(dir, "main").unwrap());
-            (s.clone(), Arc::new(SyncFace::new(s)))
-        },
-        durable: true,
-    }
+    Backend::Files
 }
-
 fn sqlite() -> Backend {
-    Backend {
-        open: |dir, _| {
-            let s = Arc::new(SqliteStore::open(dir, "main").unwrap());
-            (s.clone(), s)
-        },
-        durable: true,
-    }
+    Backend::Sqlite
+}
+fn redis() -> Backend {
+    Backend::Redis
 }
 
 struct Env {
     backend: Backend,
     dir: PathBuf,
-    mem: Option<Arc<MemoryStore>>,
+    mem: Arc<MemoryStore>,
+    server: Option<redis_support::RedisServer>,
 }
 
 impl Env {
-    fn new(backend: Backend) -> Self {
+    /// `None` when the backend cannot run here (no `redis-server`).
+    fn new(backend: Backend) -> Option<Self> {
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!(
@@ -80,15 +70,45 @@ impl Env {
                 .unwrap()
                 .as_nanos()
         ));
-        Env {
+        let server = match backend {
+            Backend::Redis => Some(redis_support::RedisServer::start()?),
+            _ => None,
+        };
+        Some(Env {
             backend,
             dir,
-            mem: Some(Arc::new(MemoryStore::new("main"))),
-        }
+            mem: Arc::new(MemoryStore::new("main")),
+            server,
+        })
     }
 
-    fn open(&self) -> Handle {
-        (self.backend.open)(&self.dir, &self.mem)
+    fn durable(&self) -> bool {
+        self.backend != Backend::Memory
+    }
+
+    /// A handle on the state: a new, independent one (own connection,
+    /// own file handles) for every durable backend.
+    async fn open(&self) -> Handle {
+        match self.backend {
+            Backend::Memory => (self.mem.clone(), Arc::new(SyncFace::new(self.mem.clone()))),
+            Backend::Files => {
+                let s = Arc::new(FileStore::open(&self.dir, "main").unwrap());
+                (s.clone(), Arc::new(SyncFace::new(s)))
+            }
+            Backend::Sqlite => {
+                let s = Arc::new(SqliteStore::open(&self.dir, "main").unwrap());
+                (s.clone(), s)
+            }
+            Backend::Redis => {
+                let url = self.server.as_ref().unwrap().url();
+                let s = Arc::new(
+                    RedisStore::connect(&url, "failover-test:", &self.dir, "main")
+                        .await
+                        .unwrap(),
+                );
+                (s.clone(), s)
+            }
+        }
     }
 }
 
@@ -131,7 +151,7 @@ async fn block(store: &dyn AsyncStore, id: &str, now: u64) -> Option<Block> {
 // A session's entry round-trips with every field another subsystem owns;
 // other sessions are untouched; a second handle sees it.
 async fn session_entries_round_trip(env: Env) {
-    let (_, a) = env.open();
+    let (_, a) = env.open().await;
     edit_session(a.as_ref(), "agent:main:web:1", |e| {
         e.model_override = Some("gpt".into());
         e.model_override_source = Some("auto".into());
@@ -145,7 +165,7 @@ async fn session_entries_round_trip(env: Env) {
     })
     .await
     .unwrap();
-    let (sync_b, b) = env.open();
+    let (sync_b, b) = env.open().await;
     let e = b.load_session("agent:main:web:1").await.unwrap().unwrap();
     assert_eq!(e.model_override.as_deref(), Some("gpt"));
     assert_eq!(e.extra["deliveryContext"], json!({"channel": "web"}));
@@ -161,7 +181,7 @@ async fn session_entries_round_trip(env: Env) {
 // A per-record update changes one profile's record and its provider's
 // lastGood; whole-document fields (order, unknown fields) survive it.
 async fn profile_updates_are_per_record(env: Env) {
-    let (sync, a) = env.open();
+    let (sync, a) = env.open().await;
     sync.update_state(|s| {
         s.order
             .insert("openai".into(), vec!["openai:a".into(), "openai:b".into()]);
@@ -174,7 +194,7 @@ async fn profile_updates_are_per_record(env: Env) {
     })
     .await
     .unwrap();
-    let (_, b) = env.open();
+    let (_, b) = env.open().await;
     let st = b.load_state().await.unwrap();
     assert_eq!(st.usage_stats["openai:a"].error_count, 1);
     assert_eq!(
@@ -195,7 +215,7 @@ async fn concurrent_updates_are_exact(env: Env) {
     for _ in 0..8 {
         let env = env.clone();
         tasks.push(tokio::spawn(async move {
-            let (_, s) = env.open();
+            let (_, s) = env.open().await;
             for _ in 0..250 {
                 edit_profile(s.as_ref(), "openai:a", "openai", |st| {
                     let x = st.stats_mut("openai:a");
@@ -215,7 +235,7 @@ async fn concurrent_updates_are_exact(env: Env) {
     for t in tasks {
         t.await.unwrap();
     }
-    let (_, s) = env.open();
+    let (_, s) = env.open().await;
     let st = s.load_state().await.unwrap();
     assert_eq!(st.usage_stats["openai:a"].error_count, 2000);
     let e = s.load_session("shared").await.unwrap().unwrap();
@@ -225,8 +245,8 @@ async fn concurrent_updates_are_exact(env: Env) {
 // LiteLLM #40130 inverted: a later, shorter window never shortens a longer
 // one; and a longer one (a billing disable) counts over a running cooldown.
 async fn deadlines_are_never_shortened(env: Env) {
-    let (_, a) = env.open();
-    let (_, b) = env.open();
+    let (_, a) = env.open().await;
+    let (_, b) = env.open().await;
     fail(a.as_ref(), "openai:a", "rate_limit", T0).await; // 1 min
     fail(b.as_ref(), "openai:a", "billing", T0 + 1000).await; // hours
     let until = block(a.as_ref(), "openai:a", T0 + 2000)
@@ -248,14 +268,14 @@ async fn deadlines_are_never_shortened(env: Env) {
 // LiteLLM #35104: deadlines are absolute, so a restart (a new handle, the
 // old one dropped) keeps the remaining cooldown time.
 async fn restart_keeps_remaining_cooldown(env: Env) {
-    if !env.backend.durable {
+    if !env.durable() {
         return;
     }
     {
-        let (_, a) = env.open();
+        let (_, a) = env.open().await;
         fail(a.as_ref(), "openai:a", "rate_limit", T0).await;
     }
-    let (_, b) = env.open();
+    let (_, b) = env.open().await;
     let left = block(b.as_ref(), "openai:a", T0 + 20_000)
         .await
         .expect("still cooling after the restart");
@@ -272,7 +292,7 @@ async fn restart_keeps_remaining_cooldown(env: Env) {
 // The whole-document face (status, export, import) sees what the
 // per-record face wrote, and a whole-document write is seen per record.
 async fn whole_and_per_record_agree(env: Env) {
-    let (sync, a) = env.open();
+    let (sync, a) = env.open().await;
     edit_session(a.as_ref(), "s1", |e| e.model_override = Some("m".into()))
         .await
         .unwrap();
@@ -300,32 +320,41 @@ macro_rules! suite {
     ($($backend:ident),*) => {
         $(mod $backend {
             use super::*;
+            fn env() -> Option<Env> {
+                Env::new(super::$backend())
+            }
             #[tokio::test]
             async fn session_entries_round_trip() {
-                super::session_entries_round_trip(Env::new(super::$backend())).await
+                let Some(e) = env() else { return };
+                super::session_entries_round_trip(e).await
             }
             #[tokio::test]
             async fn profile_updates_are_per_record() {
-                super::profile_updates_are_per_record(Env::new(super::$backend())).await
+                let Some(e) = env() else { return };
+                super::profile_updates_are_per_record(e).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn concurrent_updates_are_exact() {
-                super::concurrent_updates_are_exact(Env::new(super::$backend())).await
+                let Some(e) = env() else { return };
+                super::concurrent_updates_are_exact(e).await
             }
             #[tokio::test]
             async fn deadlines_are_never_shortened() {
-                super::deadlines_are_never_shortened(Env::new(super::$backend())).await
+                let Some(e) = env() else { return };
+                super::deadlines_are_never_shortened(e).await
             }
             #[tokio::test]
             async fn restart_keeps_remaining_cooldown() {
-                super::restart_keeps_remaining_cooldown(Env::new(super::$backend())).await
+                let Some(e) = env() else { return };
+                super::restart_keeps_remaining_cooldown(e).await
             }
             #[tokio::test]
             async fn whole_and_per_record_agree() {
-                super::whole_and_per_record_agree(Env::new(super::$backend())).await
+                let Some(e) = env() else { return };
+                super::whole_and_per_record_agree(e).await
             }
         })*
     };
 }
 
-suite!(memory, files, sqlite);
+suite!(memory, files, sqlite, redis);
