@@ -8,6 +8,7 @@ mod check;
 pub mod classify;
 mod serve;
 mod simulate;
+mod state;
 mod status;
 mod test;
 
@@ -42,6 +43,8 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Run the OpenAI- and Anthropic-compatible gateway in front of the configured upstreams.
     Serve(serve::ServeArgs),
+    /// Export or import an agent's routing state and sessions (move them between backends).
+    State(state::StateArgs),
 }
 
 /// `--rules DIR` (repeatable) and `--no-defaults`, shared by the commands
@@ -75,6 +78,7 @@ pub fn main() -> i32 {
         Command::Status(args) => status::run(&args),
         Command::Simulate(args) => simulate::run(&args),
         Command::Serve(args) => serve::run(&args),
+        Command::State(args) => state::run(&args),
     };
     match result {
         Ok(code) => code,
