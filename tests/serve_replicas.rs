@@ -166,3 +166,100 @@ async fn one_probe_per_provider_across_replicas() {
     a.stop().await;
     b.stop().await;
 }
+
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+// Redis lost while serving: requests keep being answered from the local
+// view, the outage is counted once (not per request), and when Redis is
+// back the cooldown recorded meanwhile is merged into it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_lost_while_serving_answers_from_the_local_view() {
+    let Some(mut server) = redis_support::RedisServer::start() else {
+        return;
+    };
+    let gw = Gw::start("replica-lost", setup(&server.url())).await;
+    gw.back.always(ok_openai("from back"));
+    gw.prim.always(ok_openai("from prim"));
+    let r = gw.openai(chat("prim/model-a"), Some("lost-1")).await;
+    assert_eq!(
+        r.header("x-failover-model").as_deref(),
+        Some("prim/model-a")
+    );
+
+    server.kill();
+    gw.prim.push(Reply::Http {
+        status: 429,
+        headers: vec![("retry-after".into(), "600".into())],
+        body: r#"{"error":{"message":"Rate limit reached"}}"#.into(),
+    });
+    let r = gw.openai(chat("prim/model-a"), Some("lost-2")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.header("x-failover-model").as_deref(),
+        Some("back/model-b")
+    );
+    for i in 0..5 {
+        let r = gw
+            .openai(chat("prim/model-a"), Some(&format!("lost-3-{i}")))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        // The local view holds the cooldown: the primary is not called.
+        assert_eq!(
+            r.header("x-failover-model").as_deref(),
+            Some("back/model-b")
+        );
+    }
+    assert_eq!(gw.prim.hits(), 2);
+    let m = gw.http.get(gw.url("/metrics")).send().await.unwrap();
+    let text = m.text().await.unwrap();
+    assert_eq!(
+        metric(&text, "failover_state_backend_up{"),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "failover_state_backend_outages_total{"),
+        Some(1.0),
+        "one outage, however many requests: {text}"
+    );
+
+    server.restart();
+    // Reconnection backs off (100 ms doubling); bounded wait for it.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let _ = gw.openai(chat("prim/model-a"), Some("lost-4")).await;
+        let m = gw.http.get(gw.url("/metrics")).send().await.unwrap();
+        let text = m.text().await.unwrap();
+        if metric(&text, "failover_state_backend_up{") == Some(1.0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "never reconnected: {text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The cooldown recorded during the outage is in Redis now.
+    let fresh = failover::store::RedisStore::connect(&server.url(), "replicas:", &gw.dir, "main")
+        .await
+        .unwrap();
+    let st = failover::store::AsyncStore::load_state(&fresh)
+        .await
+        .unwrap();
+    let until = st.usage_stats["prim:default"].cooldown_until.unwrap();
+    assert!(
+        until > now_ms() + 500_000,
+        "the 10-minute cooldown merged back"
+    );
+    let e = failover::store::AsyncStore::load_session(&fresh, "lost-2")
+        .await
+        .unwrap()
+        .expect("the session written during the outage merged back");
+    assert_eq!(e.model_override.as_deref(), Some("model-b"));
+    gw.stop().await;
+}

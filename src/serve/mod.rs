@@ -261,7 +261,34 @@ async fn metrics_text(State(gw): Gw) -> Response {
         }
         by.into_iter().collect::<Vec<_>>()
     };
-    let text = gw.metrics.render(&cooling);
+    let mut text = gw.metrics.render(&cooling);
+    // A shared state backend's health (issue 13): up now, outages so far.
+    let health: Vec<(String, (bool, u64))> = set
+        .runners
+        .iter()
+        .filter_map(|(agent, r)| Some((agent.clone(), r.face().health()?)))
+        .collect();
+    if !health.is_empty() {
+        let mut extra = String::from(
+            "# HELP failover_state_backend_up Whether the shared state backend answers (0: serving from the local view).\n# TYPE failover_state_backend_up gauge\n",
+        );
+        for (agent, (up, _)) in &health {
+            extra.push_str(&format!(
+                "failover_state_backend_up{{agent=\"{agent}\"}} {}\n",
+                u8::from(*up)
+            ));
+        }
+        extra.push_str("# HELP failover_state_backend_outages Outages of the shared state backend since start.\n# TYPE failover_state_backend_outages counter\n");
+        for (agent, (_, n)) in &health {
+            extra.push_str(&format!(
+                "failover_state_backend_outages_total{{agent=\"{agent}\"}} {n}\n"
+            ));
+        }
+        match text.rfind("# EOF") {
+            Some(i) => text.insert_str(i, &extra),
+            None => text.push_str(&extra),
+        }
+    }
     (
         [(
             axum::http::header::CONTENT_TYPE,

@@ -161,6 +161,10 @@ impl AsyncStore for GatewayStore {
     fn shared_tables(&self) -> Option<&dyn SharedTables> {
         self.inner.shared_tables()
     }
+
+    fn health(&self) -> Option<(bool, u64)> {
+        self.inner.health()
+    }
 }
 
 /// The whole-document view: the backend's, with the environment keys

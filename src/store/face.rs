@@ -80,6 +80,10 @@ pub trait AsyncStore: Send + Sync {
     fn shared_tables(&self) -> Option<&dyn SharedTables> {
         None
     }
+    /// A shared backend's health: (answering now, outages since start).
+    fn health(&self) -> Option<(bool, u64)> {
+        None
+    }
 }
 
 /// The runner's cross-request tables held by a shared backend, so that

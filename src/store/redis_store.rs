@@ -30,16 +30,28 @@
 //! `status`, `state export`/`import`) use `WATCH`/`MULTI` on a dedicated
 //! connection.
 //!
+//! **Outages.** When the server stops answering (connection refused or
+//! dropped, a timeout), the store warns once, counts the outage
+//! ([`RedisStore::outages`], the `failover_state_backend_up` metric) and
+//! serves from this replica's local view: the last state read plus every
+//! record it has read or written, and the runner's own in-memory tables
+//! for the probe throttle, re-probes and skip cache. Updates apply to the
+//! local view and are remembered; the server is tried again with backoff
+//! (100 ms doubling to 5 s, on the next call due), and when it answers
+//! the remembered records are merged back — counts take the larger value,
+//! deadlines the later one — before it is used again.
+//!
 //! **Connections.** Async calls share one multiplexed connection through
 //! redis' [`ConnectionManager`] (reconnects with backoff, response
 //! timeout); the whole-document calls open a plain connection with read
 //! and write timeouts. The URL's password is never shown: errors name the
 //! server as [`redact_url`] prints it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Commands, Script};
@@ -58,6 +70,12 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Skip-cache keys are collected this long after they were written (the
 /// cache's TTL is at most 10 minutes, R12.2).
 const SKIP_GC_MS: u64 = 11 * 60_000;
+/// Reconnection attempts during an outage back off from this …
+const RECONNECT_MIN: Duration = Duration::from_millis(100);
+/// … to this.
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+/// Sessions the local view remembers at most.
+const LOCAL_SESSIONS: usize = 65_536;
 /// An edit that lost the race this many times in a row gives up.
 const CAS_RETRIES: usize = 1000;
 
@@ -115,6 +133,9 @@ pub struct RedisStore {
     sync: Mutex<Option<redis::Connection>>,
     cas: Script,
     slot: Script,
+    local: Mutex<Local>,
+    down: AtomicBool,
+    outages: AtomicU64,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -200,6 +221,9 @@ impl RedisStore {
             sync: Mutex::new(None),
             cas: Script::new(CAS),
             slot: Script::new(TAKE_SLOT),
+            local: Mutex::new(Local::default()),
+            down: AtomicBool::new(false),
+            outages: AtomicU64::new(0),
         })
     }
 
@@ -330,7 +354,7 @@ impl RedisStore {
     async fn cas_async(
         &self,
         writes: &[(&str, &str, Option<String>, Option<String>)],
-    ) -> Result<bool, StoreError> {
+    ) -> redis::RedisResult<bool> {
         let mut inv = self.cas.prepare_invoke();
         for (key, field, old, new) in writes {
             inv.key(*key)
@@ -339,8 +363,288 @@ impl RedisStore {
                 .arg(new.as_deref().unwrap_or(""));
         }
         let mut c = self.conn();
-        let n: i64 = inv.invoke_async(&mut c).await.map_err(self.err("write"))?;
+        let n: i64 = inv.invoke_async(&mut c).await?;
         Ok(n == 1)
+    }
+
+    fn local(&self) -> std::sync::MutexGuard<'_, Local> {
+        self.local.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the server answers now; `false` for the whole of an outage.
+    pub fn is_up(&self) -> bool {
+        !self.down.load(Ordering::SeqCst)
+    }
+
+    /// Outages since start (each one warned about once).
+    pub fn outages(&self) -> u64 {
+        self.outages.load(Ordering::SeqCst)
+    }
+
+    fn enter_outage(&self, e: &redis::RedisError) {
+        if !self.down.swap(true, Ordering::SeqCst) {
+            self.outages.fetch_add(1, Ordering::SeqCst);
+            let mut l = self.local();
+            l.backoff = RECONNECT_MIN;
+            l.retry_at = Some(Instant::now() + l.backoff);
+            drop(l);
+            tracing::warn!(
+                target: "failover::store",
+                server = %self.shown,
+                error = %e.to_string().replace(&self.shown, ""),
+                "state backend unreachable: serving from this replica's local view until it returns"
+            );
+        }
+    }
+
+    /// While down: `true` (use the local view) unless it is time to try
+    /// the server again and it answers, in which case the local changes
+    /// are merged back first.
+    async fn use_local(&self) -> bool {
+        if self.is_up() {
+            return false;
+        }
+        {
+            let l = self.local();
+            if l.retry_at.is_some_and(|t| Instant::now() < t) {
+                return true;
+            }
+        }
+        match self.merge_back().await {
+            Ok(n) => {
+                self.down.store(false, Ordering::SeqCst);
+                tracing::info!(
+                    target: "failover::store",
+                    server = %self.shown,
+                    merged = n,
+                    "state backend is back; local changes merged"
+                );
+                false
+            }
+            Err(_) => {
+                let mut l = self.local();
+                l.backoff = (l.backoff * 2).min(RECONNECT_MAX);
+                l.retry_at = Some(Instant::now() + l.backoff);
+                true
+            }
+        }
+    }
+
+    /// Writes what changed locally during an outage back to the server:
+    /// per profile a merge that never shortens a deadline nor lowers a
+    /// count; per session the local entry.
+    async fn merge_back(&self) -> redis::RedisResult<usize> {
+        let mut c = self.conn();
+        let _: String = redis::cmd("PING").query_async(&mut c).await?;
+        let (profiles, sessions) = {
+            let l = self.local();
+            let profiles: Vec<(String, String, Option<UsageStats>, Option<String>)> = l
+                .dirty_profiles
+                .iter()
+                .map(|(id, p)| {
+                    (
+                        id.clone(),
+                        p.clone(),
+                        l.state.usage_stats.get(id).cloned(),
+                        l.state.last_good.get(p).cloned(),
+                    )
+                })
+                .collect();
+            let sessions: Vec<(String, SessionEntry)> = l
+                .dirty_sessions
+                .iter()
+                .filter_map(|k| Some((k.clone(), l.sessions.get(k)?.clone())))
+                .collect();
+            (profiles, sessions)
+        };
+        let n = profiles.len() + sessions.len();
+        for (id, p, local, good) in profiles {
+            self.remote_update_profile(&id, &p, &mut |st| {
+                if let Some(l) = &local {
+                    let merged = merge_stats(st.usage_stats.get(&id), l);
+                    st.usage_stats.insert(id.clone(), merged);
+                }
+                if let Some(g) = &good {
+                    st.last_good.insert(p.clone(), g.clone());
+                }
+            })
+            .await?;
+        }
+        for (k, e) in sessions {
+            self.remote_update_session(&k, &mut |cur| *cur = e.clone())
+                .await?;
+        }
+        let mut l = self.local();
+        l.dirty_profiles.clear();
+        l.dirty_sessions.clear();
+        Ok(n)
+    }
+
+    async fn remote_update_profile(
+        &self,
+        profile_id: &str,
+        provider: &str,
+        f: &mut (dyn FnMut(&mut AuthState) + Send),
+    ) -> redis::RedisResult<AuthState> {
+        let p = normalize_provider(provider);
+        for _ in 0..CAS_RETRIES {
+            let mut c = self.conn();
+            let (stats, good): (Option<String>, Option<String>) = redis::pipe()
+                .hget(&self.keys.stats, profile_id)
+                .hget(&self.keys.last_good, &p)
+                .query_async(&mut c)
+                .await?;
+            let mut st = AuthState::default();
+            if let Some(s) = stats
+                .as_deref()
+                .and_then(|t| serde_json::from_str::<UsageStats>(t).ok())
+            {
+                st.usage_stats.insert(profile_id.to_string(), s);
+            }
+            if let Some(g) = &good {
+                st.last_good.insert(p.clone(), g.clone());
+            }
+            f(&mut st);
+            let new_stats = st.usage_stats.get(profile_id).map(to_text);
+            let new_good = st.last_good.get(&p).cloned();
+            if new_stats == stats && new_good == good {
+                return Ok(st);
+            }
+            let writes = [
+                (self.keys.stats.as_str(), profile_id, stats, new_stats),
+                (self.keys.last_good.as_str(), p.as_str(), good, new_good),
+            ];
+            if self.cas_async(&writes).await? {
+                return Ok(st);
+            }
+        }
+        Err(too_many_writers())
+    }
+
+    async fn remote_update_session(
+        &self,
+        key: &str,
+        f: &mut (dyn FnMut(&mut SessionEntry) + Send),
+    ) -> redis::RedisResult<SessionEntry> {
+        for _ in 0..CAS_RETRIES {
+            let mut c = self.conn();
+            let old: Option<String> = c.hget(&self.keys.sessions, key).await?;
+            let mut e: SessionEntry = old
+                .as_deref()
+                .and_then(|t| serde_json::from_str(t).ok())
+                .unwrap_or_default();
+            f(&mut e);
+            let new = Some(to_text(&e));
+            if new == old {
+                return Ok(e);
+            }
+            if self
+                .cas_async(&[(self.keys.sessions.as_str(), key, old, new)])
+                .await?
+            {
+                return Ok(e);
+            }
+        }
+        Err(too_many_writers())
+    }
+
+    async fn remote_load_state(&self) -> redis::RedisResult<AuthState> {
+        let mut c = self.conn();
+        type Maps = (
+            BTreeMap<String, String>,
+            BTreeMap<String, String>,
+            BTreeMap<String, String>,
+            BTreeMap<String, String>,
+        );
+        let (a, b, o, d): Maps = redis::pipe()
+            .hgetall(&self.keys.stats)
+            .hgetall(&self.keys.last_good)
+            .hgetall(&self.keys.order)
+            .hgetall(&self.keys.doc)
+            .query_async(&mut c)
+            .await?;
+        Ok(self.parse_state(a, b, o, d))
+    }
+
+    async fn remote_load_session(&self, key: &str) -> redis::RedisResult<Option<SessionEntry>> {
+        let mut c = self.conn();
+        let v: Option<String> = c.hget(&self.keys.sessions, key).await?;
+        Ok(v.and_then(|t| serde_json::from_str(&t).ok()))
+    }
+}
+
+/// An error that means the server is gone (not a refused command).
+fn is_outage(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+}
+
+fn too_many_writers() -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Client, "too many concurrent writers"))
+}
+
+/// A profile record written during an outage merged into the server's:
+/// counts never go back, deadlines never move earlier (each keeps the
+/// reason of the later deadline), the latest times win.
+fn merge_stats(remote: Option<&UsageStats>, local: &UsageStats) -> UsageStats {
+    let Some(r) = remote else {
+        return local.clone();
+    };
+    let mut m = r.clone();
+    let later = |a: Option<u64>, b: Option<u64>| a.max(b);
+    m.error_count = r.error_count.max(local.error_count);
+    for (k, v) in &local.failure_counts {
+        let e = m.failure_counts.entry(k.clone()).or_insert(0);
+        *e = (*e).max(*v);
+    }
+    if local.cooldown_until > r.cooldown_until {
+        m.cooldown_until = local.cooldown_until;
+        m.cooldown_reason = local.cooldown_reason.clone();
+        m.cooldown_model = local.cooldown_model.clone();
+    }
+    if local.disabled_until > r.disabled_until {
+        m.disabled_until = local.disabled_until;
+        m.disabled_reason = local.disabled_reason.clone();
+    }
+    m.last_used = later(r.last_used, local.last_used);
+    m.last_failure_at = later(r.last_failure_at, local.last_failure_at);
+    m.last_probe_at = later(r.last_probe_at, local.last_probe_at);
+    for (k, v) in &local.extra {
+        m.extra.insert(k.clone(), v.clone());
+    }
+    m
+}
+
+/// This replica's view of the shared state, for outages: the last state
+/// read, every record this replica wrote or read since, and what changed
+/// while the server was gone.
+#[derive(Default)]
+struct Local {
+    state: AuthState,
+    sessions: HashMap<String, SessionEntry>,
+    dirty_profiles: BTreeSet<(String, String)>,
+    dirty_sessions: BTreeSet<String>,
+    retry_at: Option<Instant>,
+    backoff: Duration,
+}
+
+impl Local {
+    fn remember_session(&mut self, key: &str, e: &SessionEntry) {
+        if self.sessions.len() >= LOCAL_SESSIONS && !self.sessions.contains_key(key) {
+            // Bounded: forget a clean entry (a dirty one must merge back).
+            if let Some(k) = self
+                .sessions
+                .keys()
+                .find(|k| !self.dirty_sessions.contains(*k))
+                .cloned()
+            {
+                self.sessions.remove(&k);
+            }
+        }
+        self.sessions.insert(key.to_string(), e.clone());
     }
 }
 
@@ -391,33 +695,36 @@ impl AsyncStore for RedisStore {
 
     fn load_state(&self) -> StoreFuture<'_, AuthState> {
         Box::pin(async move {
-            let mut c = self.conn();
-            type Maps = (
-                BTreeMap<String, String>,
-                BTreeMap<String, String>,
-                BTreeMap<String, String>,
-                BTreeMap<String, String>,
-            );
-            let (a, b, o, d): Maps = redis::pipe()
-                .hgetall(&self.keys.stats)
-                .hgetall(&self.keys.last_good)
-                .hgetall(&self.keys.order)
-                .hgetall(&self.keys.doc)
-                .query_async(&mut c)
-                .await
-                .map_err(self.err("read"))?;
-            Ok(self.parse_state(a, b, o, d))
+            if !self.use_local().await {
+                match self.remote_load_state().await {
+                    Ok(st) => {
+                        let mut l = self.local();
+                        l.state = st.clone();
+                        return Ok(st);
+                    }
+                    Err(e) if is_outage(&e) => self.enter_outage(&e),
+                    Err(e) => return Err(self.err("read")(e)),
+                }
+            }
+            Ok(self.local().state.clone())
         })
     }
 
     fn load_session<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<SessionEntry>> {
         Box::pin(async move {
-            let mut c = self.conn();
-            let v: Option<String> = c
-                .hget(&self.keys.sessions, key)
-                .await
-                .map_err(self.err("read"))?;
-            Ok(v.and_then(|t| serde_json::from_str(&t).ok()))
+            if !self.use_local().await {
+                match self.remote_load_session(key).await {
+                    Ok(v) => {
+                        if let Some(e) = &v {
+                            self.local().remember_session(key, e);
+                        }
+                        return Ok(v);
+                    }
+                    Err(e) if is_outage(&e) => self.enter_outage(&e),
+                    Err(e) => return Err(self.err("read")(e)),
+                }
+            }
+            Ok(self.local().sessions.get(key).cloned())
         })
     }
 
@@ -429,80 +736,50 @@ impl AsyncStore for RedisStore {
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let p = normalize_provider(provider);
-            for _ in 0..CAS_RETRIES {
-                let mut c = self.conn();
-                let (stats, good): (Option<String>, Option<String>) = redis::pipe()
-                    .hget(&self.keys.stats, profile_id)
-                    .hget(&self.keys.last_good, &p)
-                    .query_async(&mut c)
-                    .await
-                    .map_err(self.err("read"))?;
-                let mut st = AuthState::default();
-                if let Some(s) = stats
-                    .as_deref()
-                    .and_then(|t| serde_json::from_str::<UsageStats>(t).ok())
-                {
-                    st.usage_stats.insert(profile_id.to_string(), s);
-                }
-                if let Some(g) = &good {
-                    st.last_good.insert(p.clone(), g.clone());
-                }
-                f(&mut st);
-                let new_stats = st.usage_stats.get(profile_id).map(to_text);
-                let new_good = st.last_good.get(&p).cloned();
-                if new_stats == stats && new_good == good {
-                    return Ok(());
-                }
-                let writes = [
-                    (
-                        self.keys.stats.as_str(),
-                        profile_id,
-                        stats.clone(),
-                        new_stats,
-                    ),
-                    (self.keys.last_good.as_str(), p.as_str(), good, new_good),
-                ];
-                if self.cas_async(&writes).await? {
-                    return Ok(());
+            if !self.use_local().await {
+                match self.remote_update_profile(profile_id, provider, f).await {
+                    Ok(st) => {
+                        let mut l = self.local();
+                        apply_record(&mut l.state, profile_id, &p, &st);
+                        return Ok(());
+                    }
+                    Err(e) if is_outage(&e) => self.enter_outage(&e),
+                    Err(e) => return Err(self.err("update")(e)),
                 }
             }
-            Err(StoreError::Io {
-                op: "update",
-                path: self.shown.clone(),
-                detail: format!("profile `{profile_id}`: too many concurrent writers"),
-            })
+            let mut l = self.local();
+            let mut st = AuthState::default();
+            if let Some(s) = l.state.usage_stats.get(profile_id) {
+                st.usage_stats.insert(profile_id.to_string(), s.clone());
+            }
+            if let Some(g) = l.state.last_good.get(&p) {
+                st.last_good.insert(p.clone(), g.clone());
+            }
+            f(&mut st);
+            apply_record(&mut l.state, profile_id, &p, &st);
+            l.dirty_profiles.insert((profile_id.to_string(), p));
+            Ok(())
         })
     }
 
     fn update_session<'a>(&'a self, key: &'a str, f: SessionEdit<'a>) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            for _ in 0..CAS_RETRIES {
-                let mut c = self.conn();
-                let old: Option<String> = c
-                    .hget(&self.keys.sessions, key)
-                    .await
-                    .map_err(self.err("read"))?;
-                let mut e: SessionEntry = old
-                    .as_deref()
-                    .and_then(|t| serde_json::from_str(t).ok())
-                    .unwrap_or_default();
-                f(&mut e);
-                let new = Some(to_text(&e));
-                if new == old {
-                    return Ok(());
-                }
-                if self
-                    .cas_async(&[(self.keys.sessions.as_str(), key, old, new)])
-                    .await?
-                {
-                    return Ok(());
+            if !self.use_local().await {
+                match self.remote_update_session(key, f).await {
+                    Ok(e) => {
+                        self.local().remember_session(key, &e);
+                        return Ok(());
+                    }
+                    Err(e) if is_outage(&e) => self.enter_outage(&e),
+                    Err(e) => return Err(self.err("update")(e)),
                 }
             }
-            Err(StoreError::Io {
-                op: "update",
-                path: self.shown.clone(),
-                detail: "a session: too many concurrent writers".into(),
-            })
+            let mut l = self.local();
+            let mut e = l.sessions.get(key).cloned().unwrap_or_default();
+            f(&mut e);
+            l.dirty_sessions.insert(key.to_string());
+            l.remember_session(key, &e);
+            Ok(())
         })
     }
 
@@ -511,8 +788,16 @@ impl AsyncStore for RedisStore {
         key: &str,
         mut f: Box<dyn FnMut(&mut SessionEntry) + Send + 'static>,
     ) -> Result<(), StoreError> {
+        if !self.is_up() {
+            let mut l = self.local();
+            let mut e = l.sessions.get(key).cloned().unwrap_or_default();
+            f(&mut e);
+            l.dirty_sessions.insert(key.to_string());
+            l.remember_session(key, &e);
+            return Ok(());
+        }
         let sessions = self.keys.sessions.clone();
-        self.with_sync("update", |c| {
+        let r = self.with_sync("update", |c| {
             for _ in 0..CAS_RETRIES {
                 let old: Option<String> = c.hget(&sessions, key)?;
                 let mut e: SessionEntry = old
@@ -522,7 +807,7 @@ impl AsyncStore for RedisStore {
                 f(&mut e);
                 let new = to_text(&e);
                 if Some(&new) == old.as_ref() {
-                    return Ok(());
+                    return Ok(e);
                 }
                 let n: i64 = self
                     .cas
@@ -532,14 +817,13 @@ impl AsyncStore for RedisStore {
                     .arg(&new)
                     .invoke(c)?;
                 if n == 1 {
-                    return Ok(());
+                    return Ok(e);
                 }
             }
-            Err(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "too many concurrent writers",
-            )))
-        })
+            Err(too_many_writers())
+        })?;
+        self.local().remember_session(key, &r);
+        Ok(())
     }
 
     fn take_problems(&self) -> Vec<Problem> {
@@ -547,7 +831,32 @@ impl AsyncStore for RedisStore {
     }
 
     fn shared_tables(&self) -> Option<&dyn SharedTables> {
-        Some(self)
+        // During an outage the runner's own tables stand in.
+        self.is_up().then_some(self as &dyn SharedTables)
+    }
+
+    fn health(&self) -> Option<(bool, u64)> {
+        Some((self.is_up(), self.outages()))
+    }
+}
+
+/// Puts the one record an update returned into the local state.
+fn apply_record(state: &mut AuthState, profile_id: &str, provider: &str, st: &AuthState) {
+    match st.usage_stats.get(profile_id) {
+        Some(s) => {
+            state.usage_stats.insert(profile_id.to_string(), s.clone());
+        }
+        None => {
+            state.usage_stats.remove(profile_id);
+        }
+    }
+    match st.last_good.get(provider) {
+        Some(g) => {
+            state.last_good.insert(provider.to_string(), g.clone());
+        }
+        None => {
+            state.last_good.remove(provider);
+        }
     }
 }
 
