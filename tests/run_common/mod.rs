@@ -42,6 +42,16 @@ pub fn profiles(list: &[(&str, &str)]) -> AuthProfiles {
 pub struct H {
     pub runner: Arc<Runner>,
     pub store: Arc<dyn Store>,
+    /// The state directory of a durable backend, removed on drop.
+    dir: Option<std::path::PathBuf>,
+}
+
+impl Drop for H {
+    fn drop(&mut self) {
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
 }
 
 /// The state backend the runner tests run on: `FAILOVER_TEST_BACKEND` =
@@ -66,14 +76,15 @@ pub fn temp_state() -> std::path::PathBuf {
 /// [`backend`] names.
 pub fn setup(yaml: &str, list: &[(&str, &str)]) -> H {
     let cfg = Arc::new(config(yaml));
+    let dir = temp_state();
     let (store, runner): (Arc<dyn Store>, Runner) = match backend().as_str() {
         "sqlite" => {
-            let s = Arc::new(SqliteStore::open(temp_state(), "main").unwrap());
+            let s = Arc::new(SqliteStore::open(&dir, "main").unwrap());
             s.update_profiles(|p| *p = profiles(list)).unwrap();
             (s.clone(), Runner::with_store(engine(), cfg, s).unwrap())
         }
         "files" => {
-            let s = Arc::new(FileStore::open(temp_state(), "main").unwrap());
+            let s = Arc::new(FileStore::open(&dir, "main").unwrap());
             s.update_profiles(|p| *p = profiles(list)).unwrap();
             (s.clone(), Runner::new(engine(), cfg, s).unwrap())
         }
@@ -88,6 +99,7 @@ pub fn setup(yaml: &str, list: &[(&str, &str)]) -> H {
     H {
         runner: Arc::new(runner),
         store,
+        dir: Some(dir),
     }
 }
 
