@@ -83,6 +83,51 @@ pub mod defaults {
 pub struct GatewayConfig {
     pub agents: AgentsConfig,
     pub auth: AuthConfig,
+    /// `state`: where routing state and session overrides live; `None`
+    /// (no block) is the embedded database under `--state DIR`.
+    pub state: Option<StateConfig>,
+}
+
+/// A state backend (`state.backend`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateBackend {
+    /// The embedded SQLite database under `--state DIR` (the default).
+    Sqlite,
+    /// Redis at `state.url`, keys under `state.prefix`.
+    Redis,
+    /// The JSON files of the original layout (SPEC R5).
+    Files,
+}
+
+impl StateBackend {
+    pub const NAMES: [&'static str; 3] = ["sqlite", "redis", "files"];
+
+    pub fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "sqlite" => Some(StateBackend::Sqlite),
+            "redis" => Some(StateBackend::Redis),
+            "files" => Some(StateBackend::Files),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StateBackend::Sqlite => "sqlite",
+            StateBackend::Redis => "redis",
+            StateBackend::Files => "files",
+        }
+    }
+}
+
+/// `state: { backend: redis, url: "redis://127.0.0.1:6379/0", prefix: "failover:" }`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateConfig {
+    pub backend: StateBackend,
+    /// Redis only: the server (`redis://[user:password@]host:port/db`).
+    pub url: Option<String>,
+    /// Redis only: the key prefix (default `failover:`).
+    pub prefix: Option<String>,
 }
 
 /// `agents`.
@@ -734,10 +779,11 @@ impl Reader {
                 return config;
             }
         };
-        for (k, v) in self.entries_lenient(map, &["agents", "auth"]) {
+        for (k, v) in self.entries_lenient(map, &["agents", "auth", "state"]) {
             match k {
                 "agents" => config.agents = self.key(k, |r| r.agents(v)),
                 "auth" => config.auth = self.key(k, |r| r.auth(v)),
+                "state" => config.state = self.key(k, |r| r.state(v)),
                 _ => unreachable!("filtered by entries"),
             }
         }
@@ -977,6 +1023,67 @@ impl Reader {
             });
         }
         out
+    }
+
+    /// `state` (issue 13): `backend` is required; `url` only and always
+    /// with `redis`; `prefix` only with `redis`.
+    fn state(&mut self, v: &Value) -> Option<StateConfig> {
+        if matches!(v, Value::Null) {
+            return None;
+        }
+        let map = self.mapping(v)?;
+        let (mut backend, mut url, mut prefix) = (None, None, None);
+        for (k, v) in self.entries(map, &["backend", "url", "prefix"]) {
+            self.key(k, |r| match k {
+                "backend" => {
+                    if let Some(name) = r.string(v, "a backend name") {
+                        match StateBackend::from_name(&name) {
+                            Some(b) => backend = Some(b),
+                            None => r.error(format!(
+                                "unknown state backend `{name}`: expected `sqlite`, `redis` or `files`"
+                            )),
+                        }
+                    }
+                }
+                "url" => url = r.string(v, "a URL such as \"redis://127.0.0.1:6379/0\""),
+                _ => prefix = r.string(v, "a key prefix"),
+            });
+        }
+        let Some(backend) = backend else {
+            self.error("`state` needs a `backend`: `sqlite`, `redis` or `files`");
+            return None;
+        };
+        match backend {
+            StateBackend::Redis => {
+                match &url {
+                    None => self.error("`state.backend: redis` needs a `url`"),
+                    Some(u) if !(u.starts_with("redis://") || u.starts_with("unix://")) => self
+                        .key("url", |r| {
+                            r.error("expected a `redis://` URL (or `unix://` for a socket)")
+                        }),
+                    _ => {}
+                }
+                if prefix.as_deref() == Some("") {
+                    self.key("prefix", |r| r.error("the prefix must not be empty"));
+                }
+            }
+            _ => {
+                for (name, set) in [("url", url.is_some()), ("prefix", prefix.is_some())] {
+                    if set {
+                        self.key(name, |r| {
+                            r.error(format!(
+                                "`{name}` applies only to `backend: redis`; remove it"
+                            ))
+                        });
+                    }
+                }
+            }
+        }
+        Some(StateConfig {
+            backend,
+            url,
+            prefix,
+        })
     }
 
     fn profiles(&mut self, v: &Value) -> Vec<AuthProfileMeta> {

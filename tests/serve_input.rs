@@ -204,8 +204,8 @@ async fn r11_5_sessions_are_sticky_only_with_the_header() {
     );
     assert_eq!(gw.prim.hits(), 1);
     // Anonymous requests persist no session at all.
-    let text =
-        std::fs::read_to_string(gw.dir.join("state/agents/main/sessions/sessions.json")).unwrap();
+    let text = gw.sessions_text();
+    assert!(text.contains("chat-42"), "{text}");
     assert!(!text.contains("anonymous"), "{text}");
     gw.stop().await;
 }

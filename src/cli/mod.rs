@@ -10,6 +10,7 @@ mod fmt;
 mod lsp;
 mod serve;
 mod simulate;
+mod state;
 mod status;
 mod test;
 
@@ -48,6 +49,8 @@ enum Command {
     Fmt(fmt::FmtArgs),
     /// Run the language server for `.rules` files on stdin/stdout (for editors).
     Lsp(lsp::LspArgs),
+    /// Export or import an agent's routing state and sessions (move them between backends).
+    State(state::StateArgs),
 }
 
 /// `--rules DIR` (repeatable) and `--no-defaults`, shared by the commands
@@ -83,6 +86,7 @@ pub fn main() -> i32 {
         Command::Serve(args) => serve::run(&args),
         Command::Fmt(args) => fmt::run(&args),
         Command::Lsp(args) => lsp::run(&args),
+        Command::State(args) => state::run(&args),
     };
     match result {
         Ok(code) => code,

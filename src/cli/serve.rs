@@ -14,7 +14,8 @@ pub struct ServeArgs {
     /// The gateway config (YAML or JSON): agents, auth, models.providers, serve.
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
-    /// The state directory (auth-profiles.json, auth-state.json, sessions).
+    /// The state directory: auth-profiles.json (secrets) and, unless the
+    /// config's `state:` block says otherwise, the state database.
     #[arg(long, value_name = "DIR")]
     pub state: PathBuf,
     /// The address to listen on.

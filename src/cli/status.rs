@@ -13,8 +13,8 @@ use crate::auth::{block_for, order_profiles, AuthRouting, Block, Excluded, Profi
 use crate::load::UsageError;
 use crate::run::routing_from_config;
 use crate::store::{
-    format_span, format_utc, normalize_provider, AuthProfiles, AuthState, Clock, FileStore,
-    SessionEntry, SessionStore, Store, SystemClock, DEFAULT_AGENT,
+    format_span, format_utc, normalize_provider, open_docs, AuthProfiles, AuthState, Clock,
+    FileStore, SessionEntry, SessionStore, Store, SystemClock, DEFAULT_AGENT,
 };
 use crate::syntax::display_name;
 
@@ -66,17 +66,24 @@ pub fn run(args: &StatusArgs) -> CmdResult {
             display_name(&args.state)
         )));
     }
-    let routing = match &args.config {
-        None => AuthRouting::default(),
+    let (routing, state_cfg) = match &args.config {
+        None => (AuthRouting::default(), None),
         Some(path) => match super::load_config(path) {
-            Ok(config) => routing_from_config(&config).map_err(|e| UsageError(e.to_string()))?,
+            Ok(config) => (
+                routing_from_config(&config).map_err(|e| UsageError(e.to_string()))?,
+                config.state,
+            ),
             Err(code) => return Ok(code),
         },
     };
-    let store = FileStore::open(&args.state, &args.agent).map_err(|e| UsageError(e.to_string()))?;
+    // The config's `state:` block names the backend; without one, the
+    // gateway's database when it exists, else the files (issue 13).
+    let files = FileStore::open(&args.state, &args.agent).map_err(|e| UsageError(e.to_string()))?;
+    let (store, _) = open_docs(state_cfg.as_ref(), &args.state, &args.agent)
+        .map_err(|e| UsageError(e.to_string()))?;
     let now = args.now.unwrap_or_else(|| SystemClock.now_ms());
-    let report =
-        gather(&store, &args.state, &routing, now).map_err(|e| UsageError(e.to_string()))?;
+    let report = gather(store.as_ref(), &files, &args.state, &routing, now)
+        .map_err(|e| UsageError(e.to_string()))?;
     if args.json {
         // Ids and names shaped like keys (a profile id that is a pasted
         // key, an order entry, a model) are masked like values (R16.11).
@@ -124,7 +131,8 @@ fn quarantined(store: &FileStore) -> Vec<String> {
 }
 
 fn gather(
-    store: &FileStore,
+    store: &dyn Store,
+    files: &FileStore,
     root: &std::path::Path,
     routing: &AuthRouting,
     now: u64,
@@ -147,7 +155,7 @@ fn gather(
         .iter()
         .map(ToString::to_string)
         .collect();
-    problems.extend(quarantined(store));
+    problems.extend(quarantined(files));
     Ok(Report {
         root: display_name(root),
         agent: store.agent_id().into(),

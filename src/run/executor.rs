@@ -5,16 +5,17 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 
 use crate::auth::{
-    apply_pin_change, choose_session_profile, disabled_probe_allowed, mark_failure, mark_probe,
-    mark_success, order_profiles, probe_uses_transient_slot, probe_window_open, Block, Failure,
-    PinChange, ProfileOrder,
+    apply_pin_change, choose_session_profile, disabled_probe_allowed, order_profiles,
+    probe_uses_transient_slot, probe_window_open, record_failure, record_success, Block, Failure,
+    FailureEffect, PinChange, ProfileOrder, PROBE_THROTTLE_MS,
 };
 use crate::compile::reasons::{RotationBudget, UNCLASSIFIED};
 use crate::compile::ReasonBehaviour;
 use crate::policy::{build_chain, ChainRequest, ModelRef, OverrideSource as PolicySource};
 use crate::policy::{CandidateChain, SelectionSource, SessionOverride};
 use crate::store::{
-    AuthProfiles, Credential, OverrideFields, OverrideSource, SessionEntry, Store, StoreExt,
+    edit_profile, edit_session, AsyncStore, AuthProfiles, Credential, OverrideFields,
+    OverrideSource, SessionEntry, StoreError,
 };
 
 use super::types::*;
@@ -41,7 +42,7 @@ enum Plan {
 /// dropped armed: on failure, and when the run's future is dropped in the
 /// middle of the attempt (cancel safety).
 struct OverrideGuard<'a> {
-    store: &'a dyn Store,
+    store: &'a dyn AsyncStore,
     session: &'a str,
     written: OverrideFields,
     before: OverrideFields,
@@ -52,6 +53,17 @@ impl OverrideGuard<'_> {
     fn disarm(mut self) {
         self.armed = false;
     }
+
+    /// Rolls back now (the attempt failed or was skipped), awaiting the
+    /// store; a store error is ignored as the `Drop` path ignores it.
+    async fn release(mut self) {
+        self.armed = false;
+        let (written, before) = (self.written.clone(), self.before.clone());
+        let _ = self
+            .store
+            .update_session(self.session, &mut |e| rollback_entry(&written, &before, e))
+            .await;
+    }
 }
 
 impl Drop for OverrideGuard<'_> {
@@ -59,36 +71,43 @@ impl Drop for OverrideGuard<'_> {
         if !self.armed {
             return;
         }
-        let (written, before) = (&self.written, &self.before);
-        let _ = self.store.update_session(self.session, |e| {
-            // The model fields and the profile fields are each one choice:
-            // when another writer changed any field of a group (a user's
-            // `/model` sets provider and model together), the whole group
-            // is theirs now, even the fields that happen to equal ours.
-            let mut before = before.clone();
-            let model_ours = e.provider_override == written.provider_override
-                && e.model_override == written.model_override
-                && e.model_override_source == written.model_override_source;
-            if !model_ours {
-                before.provider_override = e.provider_override.clone();
-                before.model_override = e.model_override.clone();
-                before.model_override_source = e.model_override_source.clone();
-                before.model_override_fallback_origin_provider =
-                    e.model_override_fallback_origin_provider.clone();
-                before.model_override_fallback_origin_model =
-                    e.model_override_fallback_origin_model.clone();
-            }
-            let auth_ours = e.auth_profile_override == written.auth_profile_override
-                && e.auth_profile_override_source == written.auth_profile_override_source;
-            if !auth_ours {
-                before.auth_profile_override = e.auth_profile_override.clone();
-                before.auth_profile_override_source = e.auth_profile_override_source.clone();
-                before.auth_profile_override_compaction_count =
-                    e.auth_profile_override_compaction_count;
-            }
-            written.rollback(&before, e);
-        });
+        // The run's future was dropped mid-attempt: nothing can be awaited
+        // here, so the store applies the roll-back at once.
+        let (written, before) = (self.written.clone(), self.before.clone());
+        let _ = self.store.update_session_now(
+            self.session,
+            Box::new(move |e| rollback_entry(&written, &before, e)),
+        );
     }
+}
+
+/// R11.4: the narrow roll-back of the override fields a fallback wrote.
+fn rollback_entry(written: &OverrideFields, before: &OverrideFields, e: &mut SessionEntry) {
+    // The model fields and the profile fields are each one choice:
+    // when another writer changed any field of a group (a user's
+    // `/model` sets provider and model together), the whole group
+    // is theirs now, even the fields that happen to equal ours.
+    let mut before = before.clone();
+    let model_ours = e.provider_override == written.provider_override
+        && e.model_override == written.model_override
+        && e.model_override_source == written.model_override_source;
+    if !model_ours {
+        before.provider_override = e.provider_override.clone();
+        before.model_override = e.model_override.clone();
+        before.model_override_source = e.model_override_source.clone();
+        before.model_override_fallback_origin_provider =
+            e.model_override_fallback_origin_provider.clone();
+        before.model_override_fallback_origin_model =
+            e.model_override_fallback_origin_model.clone();
+    }
+    let auth_ours = e.auth_profile_override == written.auth_profile_override
+        && e.auth_profile_override_source == written.auth_profile_override_source;
+    if !auth_ours {
+        before.auth_profile_override = e.auth_profile_override.clone();
+        before.auth_profile_override_source = e.auth_profile_override_source.clone();
+        before.auth_profile_override_compaction_count = e.auth_profile_override_compaction_count;
+    }
+    written.rollback(&before, e);
 }
 
 /// The state of one walk down the chain.
@@ -215,34 +234,87 @@ impl Runner {
 
     /// R11.5: is `primary` due for its re-probe in `session`? Records the
     /// probe when it is.
-    fn take_reprobe(&self, session: &str, primary: &ModelRef, now: u64) -> bool {
+    async fn take_reprobe(
+        &self,
+        session: &str,
+        primary: &ModelRef,
+        now: u64,
+    ) -> Result<bool, StoreError> {
+        if let Some(t) = self.store.shared_tables() {
+            return t
+                .take_reprobe(session, &primary.to_string(), now, REPROBE_INTERVAL_MS)
+                .await;
+        }
         let mut sh = self.shared();
         let key = (session.to_string(), primary.to_string());
-        match sh.reprobe.get(&key) {
+        Ok(match sh.reprobe.get(&key) {
             Some(t) if now.saturating_sub(*t) < REPROBE_INTERVAL_MS => false,
             _ => {
                 note_reprobe(&mut sh.reprobe, key, now);
                 true
             }
-        }
+        })
     }
 
-    fn skip_cached(&self, session: &str, p: &str, m: &str, now: u64) -> Option<String> {
-        self.skip_ttl_ms?;
+    /// Starts the session's re-probe clock for `primary` (R11.5).
+    async fn start_reprobe_clock(
+        &self,
+        session: &str,
+        primary: &ModelRef,
+        now: u64,
+    ) -> Result<(), StoreError> {
+        if let Some(t) = self.store.shared_tables() {
+            return t.note_reprobe(session, &primary.to_string(), now).await;
+        }
+        note_reprobe(
+            &mut self.shared().reprobe,
+            (session.to_string(), primary.to_string()),
+            now,
+        );
+        Ok(())
+    }
+
+    async fn skip_cached(
+        &self,
+        session: &str,
+        p: &str,
+        m: &str,
+        now: u64,
+    ) -> Result<Option<String>, StoreError> {
+        if self.skip_ttl_ms.is_none() {
+            return Ok(None);
+        }
+        if let Some(t) = self.store.shared_tables() {
+            return t.skip_get(session, p, m, now).await;
+        }
         let mut sh = self.shared();
         let key = (session.to_string(), p.to_string(), m.to_string());
-        match sh.skip.get(&key) {
+        Ok(match sh.skip.get(&key) {
             Some((until, reason)) if *until > now => Some(reason.clone()),
             Some(_) => {
                 sh.skip.remove(&key);
                 None
             }
             None => None,
-        }
+        })
     }
 
-    fn mark_skip(&self, session: &str, p: &str, m: &str, reason: &str, now: u64) {
-        let Some(ttl) = self.skip_ttl_ms else { return };
+    async fn mark_skip(
+        &self,
+        session: &str,
+        p: &str,
+        m: &str,
+        reason: &str,
+        now: u64,
+    ) -> Result<(), StoreError> {
+        let Some(ttl) = self.skip_ttl_ms else {
+            return Ok(());
+        };
+        if let Some(t) = self.store.shared_tables() {
+            return t
+                .skip_put(session, p, m, reason, now.saturating_add(ttl))
+                .await;
+        }
         let mut sh = self.shared();
         if sh.skip.len() >= SKIP_KEYS {
             sh.skip.retain(|_, (until, _)| *until > now);
@@ -253,10 +325,37 @@ impl Runner {
                 (now.saturating_add(ttl), reason.to_string()),
             );
         }
+        Ok(())
+    }
+
+    /// The probe throttle (R16.1), shared by the backend when it can be.
+    async fn try_probe(&self, p: &str, now: u64) -> Result<bool, StoreError> {
+        if let Some(t) = self.store.shared_tables() {
+            return t
+                .try_probe(&crate::store::normalize_provider(p), now, PROBE_THROTTLE_MS)
+                .await;
+        }
+        let agent = self.store.agent_id().to_string();
+        Ok(self.shared().throttle.try_acquire(&agent, p, now))
+    }
+
+    /// [`record_failure`] as one atomic update of the profile's record.
+    pub async fn mark_failure(
+        &self,
+        profile_id: &str,
+        provider: &str,
+        failure: &Failure<'_>,
+        now: u64,
+    ) -> Result<FailureEffect, StoreError> {
+        let policy = &self.policy;
+        edit_profile(self.store.as_ref(), profile_id, provider, |s| {
+            record_failure(s, profile_id, provider, failure, policy, now)
+        })
+        .await
     }
 
     /// R10, R16.1–R16.3: every profile of `order` is blocked for the model.
-    fn cooldown_plan(
+    async fn cooldown_plan(
         &self,
         order: &ProfileOrder,
         pinned: Option<&str>,
@@ -264,7 +363,7 @@ impl Runner {
         only_candidate: bool,
         walk: &mut Walk,
         now: u64,
-    ) -> Plan {
+    ) -> Result<Plan, StoreError> {
         let p = order.provider.as_str();
         let blocks: Vec<&Block> = order
             .entries
@@ -290,29 +389,28 @@ impl Runner {
             .find(|r| self.behaviour_of(Some(r)).skip_provider)
         {
             walk.skip_providers.insert(p.to_string(), r.to_string());
-            return Plan::Skip {
+            return Ok(Plan::Skip {
                 why: format!("Provider {p} has {r} issue (skipping all models)"),
                 reason: Some(r.to_string()),
-            };
+            });
         }
-        let agent = self.store.agent_id().to_string();
         // R10.2, R16.2: disabled (billing) — only the primary, only alone or
         // near expiry, throttled.
         if blocks.iter().all(|b| matches!(b, Block::Disabled { .. })) {
             let r = blocks.first().and_then(|b| b.reason()).map(str::to_string);
             if is_primary
                 && disabled_probe_allowed(only_candidate, soonest, now)
-                && self.shared().throttle.try_acquire(&agent, p, now)
+                && self.try_probe(p, now).await?
             {
-                return probe(false);
+                return Ok(probe(false));
             }
-            return Plan::Skip {
+            return Ok(Plan::Skip {
                 why: format!(
                     "Provider {p} is disabled ({})",
                     r.as_deref().unwrap_or("unknown")
                 ),
                 reason: r,
-            };
+            });
         }
         // The soonest block stands for the provider (blocked entries are
         // sorted soonest first).
@@ -320,29 +418,28 @@ impl Runner {
         let cooling = format!("Provider {p} is in cooldown (all profiles unavailable)");
         if is_primary {
             // R10.3, R16.1.
-            if probe_window_open(soonest, now) && self.shared().throttle.try_acquire(&agent, p, now)
-            {
-                return probe(false);
+            if probe_window_open(soonest, now) && self.try_probe(p, now).await? {
+                return Ok(probe(false));
             }
-            return Plan::Skip {
+            return Ok(Plan::Skip {
                 why: cooling,
                 reason: r,
-            };
+            });
         }
         // R10.4, R10.5: transient blocks let a sibling probe once per run.
         if self.behaviour_of(r.as_deref()).transient {
             if walk.probe_slots.insert(p.to_string()) {
-                return probe(true);
+                return Ok(probe(true));
             }
-            return Plan::Skip {
+            return Ok(Plan::Skip {
                 why: format!("Provider {p} is in cooldown (probe already attempted this run)"),
                 reason: r,
-            };
+            });
         }
-        Plan::Skip {
+        Ok(Plan::Skip {
             why: cooling,
             reason: r,
-        }
+        })
     }
 
     /// R14.4: the soonest moment a candidate of `chain` is usable again.
@@ -350,9 +447,13 @@ impl Runner {
     /// made only of cooldowns scoped to this model reports its latest
     /// expiry (every matching profile must recover before the model is
     /// usable on the one the rotation would reach), others the soonest.
-    fn soonest_for_chain(&self, chain: &CandidateChain, profiles: &AuthProfiles) -> Option<u64> {
+    async fn soonest_for_chain(
+        &self,
+        chain: &CandidateChain,
+        profiles: &AuthProfiles,
+    ) -> Option<u64> {
         let now = self.now_ms();
-        let state = self.store.load_state().ok()?;
+        let state = self.store.load_state().await.ok()?;
         let mut best: Option<u64> = None;
         for c in &chain.candidates {
             let (p, m) = (c.model.provider(), c.model.model());
@@ -392,10 +493,10 @@ impl Runner {
         Fut: Future<Output = Result<T, AttemptError>>,
     {
         let key = request.session.as_str();
-        let store: &dyn Store = self.store.as_ref();
+        let store: &dyn AsyncStore = self.store.as_ref();
         let now0 = self.now_ms();
-        let entry = store.load_session(key)?.unwrap_or_default();
-        let profiles = store.load_profiles()?;
+        let entry = store.load_session(key).await?.unwrap_or_default();
+        let profiles = store.load_profiles().await?;
         let secrets = secrets_of(&profiles);
         let selections = &self.engine.ruleset().selections;
 
@@ -417,7 +518,7 @@ impl Runner {
             && entry.model_override_source() == Some(OverrideSource::Auto)
             && origin(&entry).is_some_and(|o| o != selected)
         {
-            entry = store.update_session(key, |e| {
+            entry = edit_session(store, key, |e| {
                 if e.model_override_source() == Some(OverrideSource::Auto)
                     && origin(e).is_some_and(|o| o != selected)
                 {
@@ -425,14 +526,17 @@ impl Runner {
                     clear_notice(e);
                 }
                 e.clone()
-            })?;
+            })
+            .await?;
         }
         if let Some(o) = session_override(&entry) {
             let use_override = match o.source {
                 PolicySource::Auto => match origin(&entry) {
                     // R11.5: due for its re-probe, the run starts on the
                     // origin again (the override stays until it answers).
-                    Some(orig) if orig == selected => !self.take_reprobe(key, &selected, now0),
+                    Some(orig) if orig == selected => {
+                        !self.take_reprobe(key, &selected, now0).await?
+                    }
                     Some(orig) => {
                         selected = orig;
                         true
@@ -477,16 +581,16 @@ impl Runner {
                     why: format!("Provider {p} has {r} issue (skipping all models)"),
                     reason: Some(r.clone()),
                 }
-            } else if let Some(r) = (!is_primary)
-                .then(|| self.skip_cached(key, p, m, now))
-                .flatten()
-            {
+            } else if let Some(r) = match is_primary {
+                true => None,
+                false => self.skip_cached(key, p, m, now).await?,
+            } {
                 Plan::Skip {
                     why: format!("{cand} failed recently with {r} (skip cache)"),
                     reason: Some(r),
                 }
             } else {
-                let state = store.load_state()?;
+                let state = store.load_state().await?;
                 let order = order_profiles(&self.routing, &profiles, &state, p, Some(m), now);
                 if order.is_disabled() {
                     Plan::Skip {
@@ -517,6 +621,7 @@ impl Runner {
                             .as_deref()
                             .filter(|_| choice.strict);
                         self.cooldown_plan(&order, pinned, is_primary, n == 1, &mut walk, now)
+                            .await?
                     } else {
                         Plan::Try {
                             profiles: choice.attempts.into_iter().map(Some).collect(),
@@ -597,7 +702,10 @@ impl Runner {
                 let now = self.now_ms();
                 if probe {
                     if let Some(id) = profile_id {
-                        mark_probe(store, id, now)?;
+                        edit_profile(store, id, p, |s| {
+                            s.stats_mut(id).last_probe_at = Some(now);
+                        })
+                        .await?;
                     }
                 }
                 // R11.3: persist the fallback before the attempt, so every
@@ -615,7 +723,7 @@ impl Runner {
                             .map(|_| OverrideSource::Auto.name().into()),
                         auth_profile_override_compaction_count: None,
                     };
-                    let before = store.update_session(key, |e| {
+                    let before = edit_session(store, key, |e| {
                         // A user's model choice, even one made since the
                         // run started, is never overwritten (R11.3, R3).
                         if e.model_override_source() == Some(OverrideSource::User) {
@@ -630,14 +738,11 @@ impl Runner {
                                 e.auth_profile_override_compaction_count;
                         }
                         Some(written.write(e))
-                    })?;
+                    })
+                    .await?;
                     // The 5-minute re-probe clock starts when the session
                     // leaves its primary (R11.5).
-                    note_reprobe(
-                        &mut self.shared().reprobe,
-                        (key.to_string(), selected.to_string()),
-                        now,
-                    );
+                    self.start_reprobe_clock(key, &selected, now).await?;
                     before.map(|before| OverrideGuard {
                         store,
                         session: key,
@@ -681,14 +786,18 @@ impl Runner {
                             g.disarm();
                         }
                         walk.attempts.push(record);
-                        return self.succeed(
-                            value, key, &cand, &selected, profile_id, &pin, user_owned, walk, i,
-                        );
+                        return self
+                            .succeed(
+                                value, key, &cand, &selected, profile_id, &pin, user_owned, walk, i,
+                            )
+                            .await;
                     }
                     Err(AttemptError::Skip(why)) => {
                         // Nothing was sent: roll the override back (R11.4)
                         // and move on without a mark on the profile.
-                        drop(guard);
+                        if let Some(g) = guard {
+                            g.release().await;
+                        }
                         record.outcome = AttemptOutcome::Skipped;
                         record.error = Some(scrub(&why, &secrets));
                         walk.attempts.push(record);
@@ -708,7 +817,9 @@ impl Runner {
                         break;
                     }
                     Err(AttemptError::LiveSessionModelSwitch { provider, model }) => {
-                        drop(guard);
+                        if let Some(g) = guard {
+                            g.release().await;
+                        }
                         let target = ModelRef::parse(&format!("{provider}/{model}")).ok();
                         let later = target.as_ref().and_then(|t| {
                             chain.candidates[i + 1..]
@@ -781,15 +892,17 @@ impl Runner {
                                 model: Some(m),
                                 reset_at: failure.reset_at,
                             };
-                            mark_failure(store, id, p, &f, &self.policy, now)?;
+                            self.mark_failure(id, p, &f, now).await?;
                         }
-                        drop(guard); // R11.4
+                        if let Some(g) = guard {
+                            g.release().await; // R11.4
+                        }
                         if slot && !probe_uses_transient_slot(&behaviour) {
                             // R16.3: the probe learnt nothing about the cooldown.
                             walk.probe_slots.remove(p);
                         }
                         if !is_primary && auth_class(&behaviour) {
-                            self.mark_skip(key, p, m, &reason, now);
+                            self.mark_skip(key, p, m, &reason, now).await?;
                         }
                         let last_candidate = i + 1 == n;
                         let rotate = !strict
@@ -868,7 +981,7 @@ impl Runner {
             }
         }
         Err(RunError::Summary(FallbackSummaryError {
-            soonest_cooldown_expiry: self.soonest_for_chain(&chain, &profiles),
+            soonest_cooldown_expiry: self.soonest_for_chain(&chain, &profiles).await,
             attempts: walk.attempts,
             session: key.to_string(),
             decisions: walk.decisions,
@@ -877,7 +990,7 @@ impl Runner {
 
     /// The first success: record it, settle the session, say so (R13).
     #[allow(clippy::too_many_arguments)]
-    fn succeed<T>(
+    async fn succeed<T>(
         &self,
         value: T,
         key: &str,
@@ -890,9 +1003,10 @@ impl Runner {
         position: usize,
     ) -> Result<RunOutput<T>, RunError> {
         let now = self.now_ms();
-        let store: &dyn Store = self.store.as_ref();
+        let store: &dyn AsyncStore = self.store.as_ref();
         if let Some(id) = profile_id {
-            mark_success(store, id, cand.provider(), Some(cand.model()), now)?;
+            let (p, m) = (cand.provider(), cand.model());
+            edit_profile(store, id, p, |s| record_success(s, id, p, Some(m), now)).await?;
         }
         let failed: Vec<AttemptRecord> = walk
             .attempts
@@ -901,7 +1015,7 @@ impl Runner {
             .cloned()
             .collect();
         let on_selected = cand == selected;
-        let notice = store.update_session(key, |e| {
+        let notice = edit_session(store, key, |e| {
             apply_pin_change(e, pin);
             if on_selected {
                 // R11.5, R13.2: back on the selection; clear what the
@@ -942,7 +1056,8 @@ impl Runner {
                 active,
                 reason,
             })
-        })?;
+        })
+        .await?;
         walk.decide(Decision {
             decision: DecisionKind::CandidateSucceeded,
             from_model: cand.to_string(),

@@ -82,8 +82,8 @@ use crate::classify::Engine;
 use crate::config::{CredentialMode, GatewayConfig};
 use crate::policy::{CronPayload, ModelKind, ModelRef};
 use crate::store::{
-    Clock, CredentialKind, OverrideSource, SessionEntry, Store, StoreError, StoreExt, SystemClock,
-    MINUTE_MS, SECOND_MS,
+    AsyncStore, Clock, CredentialKind, OverrideSource, SessionEntry, Store, StoreError, SyncFace,
+    SystemClock, MINUTE_MS, SECOND_MS,
 };
 
 /// The origin of an auto override is re-probed this often per session and
@@ -150,7 +150,9 @@ pub struct Runner {
     config: Arc<GatewayConfig>,
     routing: AuthRouting,
     policy: CooldownPolicy,
-    store: Arc<dyn Store>,
+    store: Arc<dyn AsyncStore>,
+    /// The same state as whole documents, for callers outside a run.
+    docs: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     sleeper: Arc<dyn Sleeper>,
     skip_ttl_ms: Option<u64>,
@@ -221,11 +223,35 @@ pub fn skip_ttl_from_value(value: Option<&str>) -> Option<u64> {
 
 impl Runner {
     /// A runner for `config` on `store`, with the system clock and tokio's
-    /// timer, the skip cache off.
+    /// timer, the skip cache off. The store is called through [`SyncFace`].
     pub fn new(
         engine: Arc<Engine>,
         config: Arc<GatewayConfig>,
         store: Arc<dyn Store>,
+    ) -> Result<Self, ConfigError> {
+        Self::with_faces(
+            engine,
+            config,
+            Arc::new(SyncFace::new(store.clone())),
+            store,
+        )
+    }
+
+    /// [`Runner::new`] on a backend's async, per-record face (the SQLite
+    /// and Redis stores, the gateway's store).
+    pub fn with_store<S: Store + AsyncStore + 'static>(
+        engine: Arc<Engine>,
+        config: Arc<GatewayConfig>,
+        store: Arc<S>,
+    ) -> Result<Self, ConfigError> {
+        Self::with_faces(engine, config, store.clone(), store)
+    }
+
+    fn with_faces(
+        engine: Arc<Engine>,
+        config: Arc<GatewayConfig>,
+        store: Arc<dyn AsyncStore>,
+        docs: Arc<dyn Store>,
     ) -> Result<Self, ConfigError> {
         let routing = routing_from_config(&config)?;
         let policy = policy_from_config(&config)?;
@@ -235,6 +261,7 @@ impl Runner {
             routing,
             policy,
             store,
+            docs,
             clock: Arc::new(SystemClock),
             sleeper: Arc::new(TokioSleeper),
             skip_ttl_ms: None,
@@ -271,7 +298,13 @@ impl Runner {
         self.skip_ttl_ms
     }
 
+    /// The state as whole documents (status, tests).
     pub fn store(&self) -> &Arc<dyn Store> {
+        &self.docs
+    }
+
+    /// The state's async, per-record face, as runs use it.
+    pub fn face(&self) -> &Arc<dyn AsyncStore> {
         &self.store
     }
 
@@ -296,13 +329,29 @@ impl Runner {
     /// the session's re-probe and skip-cache entries. A user override and
     /// the auth pin stay (the next run passes `new_session` to rotate an
     /// auto pin, R6.4).
+    ///
+    /// Synchronous (a command, not a turn); with a backend that shares the
+    /// cross-request tables their entries are forgotten in the background.
     pub fn reset_session(&self, session: &str) -> Result<(), StoreError> {
-        self.store.update_session(session, |e| {
-            if e.model_override_source() == Some(OverrideSource::Auto) {
-                clear_model_override(e);
+        self.store.update_session_now(
+            session,
+            Box::new(|e| {
+                if e.model_override_source() == Some(OverrideSource::Auto) {
+                    clear_model_override(e);
+                }
+                clear_notice(e);
+            }),
+        )?;
+        if self.store.shared_tables().is_some() {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let (store, session) = (self.store.clone(), session.to_string());
+                rt.spawn(async move {
+                    if let Some(t) = store.shared_tables() {
+                        let _ = t.forget_session(&session).await;
+                    }
+                });
             }
-            clear_notice(e);
-        })?;
+        }
         let mut sh = self.shared();
         sh.reprobe.retain(|(s, _), _| s != session);
         sh.skip.retain(|(s, _, _), _| s != session);
@@ -317,17 +366,21 @@ impl Runner {
         model: &ModelRef,
         profile: Option<&str>,
     ) -> Result<(), StoreError> {
-        self.store.update_session(session, |e| {
-            e.provider_override = Some(model.provider().into());
-            e.model_override = Some(model.model().into());
-            e.model_override_source = Some(OverrideSource::User.name().into());
-            e.model_override_fallback_origin_provider = None;
-            e.model_override_fallback_origin_model = None;
-            clear_notice(e);
-            if let Some(p) = profile {
-                crate::auth::pin_user_profile(e, p);
-            }
-        })
+        let (model, profile) = (model.clone(), profile.map(str::to_string));
+        self.store.update_session_now(
+            session,
+            Box::new(move |e| {
+                e.provider_override = Some(model.provider().into());
+                e.model_override = Some(model.model().into());
+                e.model_override_source = Some(OverrideSource::User.name().into());
+                e.model_override_fallback_origin_provider = None;
+                e.model_override_fallback_origin_model = None;
+                clear_notice(e);
+                if let Some(p) = &profile {
+                    crate::auth::pin_user_profile(e, p);
+                }
+            }),
+        )
     }
 }
 

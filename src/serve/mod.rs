@@ -109,7 +109,11 @@ pub struct Gateway {
 impl Gateway {
     /// Builds the first set; `Err` holds its diagnostics.
     pub fn new(sources: Sources) -> Result<Arc<Gateway>, String> {
-        let stores = Stores::default();
+        Self::with_stores(sources, Stores::default())
+    }
+
+    /// [`Gateway::new`] with backends already opened ([`Stores::preopen`]).
+    pub fn with_stores(sources: Sources, stores: Stores) -> Result<Arc<Gateway>, String> {
         let metrics = Arc::new(Metrics::new());
         let set = reload::build(&sources, &stores, &metrics)?;
         let max = set.settings.max_concurrent;
@@ -241,11 +245,11 @@ async fn readyz(State(gw): Gw) -> Response {
 
 async fn metrics_text(State(gw): Gw) -> Response {
     let set = gw.active();
-    let cooling = state::off_runtime(|| {
+    let cooling = {
         let now = crate::store::Clock::now_ms(&crate::store::SystemClock);
         let mut by: std::collections::BTreeMap<String, i64> = Default::default();
         for r in set.runners.values() {
-            let Ok(st) = r.store().load_state() else {
+            let Ok(st) = r.face().load_state().await else {
                 continue;
             };
             for (id, s) in &st.usage_stats {
@@ -258,8 +262,35 @@ async fn metrics_text(State(gw): Gw) -> Response {
             }
         }
         by.into_iter().collect::<Vec<_>>()
-    });
-    let text = gw.metrics.render(&cooling);
+    };
+    let mut text = gw.metrics.render(&cooling);
+    // A shared state backend's health (issue 13): up now, outages so far.
+    let health: Vec<(String, (bool, u64))> = set
+        .runners
+        .iter()
+        .filter_map(|(agent, r)| Some((agent.clone(), r.face().health()?)))
+        .collect();
+    if !health.is_empty() {
+        let mut extra = String::from(
+            "# HELP failover_state_backend_up Whether the shared state backend answers (0: serving from the local view).\n# TYPE failover_state_backend_up gauge\n",
+        );
+        for (agent, (up, _)) in &health {
+            extra.push_str(&format!(
+                "failover_state_backend_up{{agent=\"{agent}\"}} {}\n",
+                u8::from(*up)
+            ));
+        }
+        extra.push_str("# HELP failover_state_backend_outages Outages of the shared state backend since start.\n# TYPE failover_state_backend_outages counter\n");
+        for (agent, (_, n)) in &health {
+            extra.push_str(&format!(
+                "failover_state_backend_outages_total{{agent=\"{agent}\"}} {n}\n"
+            ));
+        }
+        match text.rfind("# EOF") {
+            Some(i) => text.insert_str(i, &extra),
+            None => text.push_str(&extra),
+        }
+    }
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -769,7 +800,9 @@ pub async fn start(opts: Options) -> Result<Running, String> {
     // The watcher's first look is taken before the set is read, so a
     // change made while it is built is not missed.
     let first_look = state::off_runtime(|| reload::fingerprint(&opts.sources));
-    let gateway = state::off_runtime(|| Gateway::new(opts.sources.clone()))?;
+    let stores = Stores::default();
+    stores.preopen(&opts.sources).await?;
+    let gateway = state::off_runtime(|| Gateway::with_stores(opts.sources.clone(), stores))?;
     let listener = tokio::net::TcpListener::bind(&opts.listen)
         .await
         .map_err(|e| format!("error: cannot listen on `{}`: {e}", opts.listen))?;

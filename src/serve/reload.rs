@@ -22,9 +22,10 @@ use std::sync::{Arc, Mutex};
 
 use crate::classify::Engine;
 use crate::config::GatewayConfig;
+use crate::config::{StateBackend, StateConfig};
 use crate::diag::render_all;
 use crate::run::Runner;
-use crate::store::{FileStore, Profile, Store, DEFAULT_AGENT};
+use crate::store::{backend_of, open_backend, Opened, Profile, DEFAULT_AGENT};
 
 use super::metrics::Metrics;
 use super::state::GatewayStore;
@@ -40,23 +41,80 @@ pub struct Sources {
     pub no_defaults: bool,
 }
 
-/// One file store per agent, opened once and kept across reloads.
+/// One state backend per agent (the config's `state:` block, SQLite by
+/// default), opened once and kept across reloads: a changed `state:`
+/// block takes effect at the next start.
 #[derive(Default)]
 pub struct Stores {
-    by_agent: Mutex<HashMap<String, Arc<dyn Store>>>,
+    by_agent: Mutex<HashMap<String, Opened>>,
 }
 
 impl Stores {
-    fn get(&self, root: &std::path::Path, agent: &str) -> Result<Arc<dyn Store>, String> {
-        let mut map = self.by_agent.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = map.get(agent) {
-            return Ok(s.clone());
+    /// Opens the backend of every agent the config names, before the
+    /// first set is built (a Redis connection needs the runtime). A config
+    /// that does not load is left for [`build`] to report.
+    pub async fn preopen(&self, sources: &Sources) -> Result<(), String> {
+        let Ok(loaded) = GatewayConfig::load(&sources.config) else {
+            return Ok(());
+        };
+        let cfg = loaded.config;
+        let mut agents: Vec<String> = vec![DEFAULT_AGENT.to_string()];
+        agents.extend(cfg.agents.list.iter().map(|a| a.id.clone()));
+        for agent in agents {
+            if self.cached(&agent).is_some() {
+                continue;
+            }
+            let opened = open_backend(cfg.state.as_ref(), &sources.state, &agent)
+                .await
+                .map_err(|e| state_error(&e))?;
+            self.lock().insert(agent, opened);
         }
-        let s: Arc<dyn Store> =
-            Arc::new(FileStore::open(root, agent).map_err(|e| format!("error: {e}"))?);
-        map.insert(agent.to_string(), s.clone());
-        Ok(s)
+        Ok(())
     }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Opened>> {
+        self.by_agent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn cached(&self, agent: &str) -> Option<Opened> {
+        self.lock().get(agent).cloned()
+    }
+
+    fn get(
+        &self,
+        root: &std::path::Path,
+        agent: &str,
+        cfg: Option<&StateConfig>,
+    ) -> Result<Opened, String> {
+        if let Some(s) = self.cached(agent) {
+            return Ok(s);
+        }
+        // An agent added by a reload (or a set built outside `start`):
+        // open its backend now.
+        let opened = match backend_of(cfg) {
+            StateBackend::Redis => match tokio::runtime::Handle::try_current() {
+                Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                    tokio::task::block_in_place(|| h.block_on(open_backend(cfg, root, agent)))
+                }
+                _ => {
+                    return Err(format!(
+                        "error: agent `{agent}`: a Redis state backend is opened at start; restart the gateway"
+                    ))
+                }
+            },
+            // Files and SQLite open without waiting on anything.
+            _ => futures_util::FutureExt::now_or_never(open_backend(cfg, root, agent))
+                .expect("files and sqlite open without waiting"),
+        }
+        .map_err(|e| state_error(&e))?;
+        self.lock().insert(agent.to_string(), opened.clone());
+        Ok(opened)
+    }
+}
+
+/// A backend that cannot be opened, as the operator reads it.
+fn state_error(e: &crate::store::StoreError) -> String {
+    format!("error: state backend: {e}")
 }
 
 /// See the module documentation.
@@ -143,13 +201,14 @@ pub fn build(
         if runners.contains_key(&agent) {
             continue;
         }
-        let inner = stores.get(&sources.state, &agent)?;
+        let opened = stores.get(&sources.state, &agent, config.state.as_ref())?;
         let store = Arc::new(GatewayStore::new(
-            inner,
+            opened.face,
+            opened.docs,
             env_profiles.clone(),
             metrics.clone(),
         ));
-        let runner = Runner::new(engine.clone(), config.clone(), store)
+        let runner = Runner::with_store(engine.clone(), config.clone(), store)
             .map_err(|e| e.to_string())?
             .with_skip_ttl_from_env();
         runners.insert(agent, Arc::new(runner));

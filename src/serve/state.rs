@@ -1,32 +1,30 @@
-//! The store as the gateway uses it: the agent's [`FileStore`](crate::store::FileStore) seen through
-//! three small adjustments, each a [`Store`] wrapper so that the executor
-//! stays untouched.
+//! The store as the gateway uses it: the agent's state backend (SQLite by
+//! default, see [`crate::config::StateConfig`]) through its async,
+//! per-record face ([`AsyncStore`]), seen through three small adjustments
+//! so that the executor stays untouched.
 //!
-//! 1. **Off the runtime.** The store's calls are synchronous file I/O
-//!    (lock, read, `fsync`, rename). Called from a tokio worker they would
-//!    stall every request on that worker, so each call runs inside
-//!    [`tokio::task::block_in_place`] on the multi-thread runtime `serve`
-//!    builds: the worker hands its other tasks to a fresh thread while this
-//!    one blocks. Off a multi-thread runtime (a unit test) the call is
-//!    direct. This is the seam for an async store (issue 13): only this
-//!    file needs to change.
+//! 1. **Off the runtime only where needed.** The backends' calls are
+//!    short (an indexed row read or write, a Redis round trip), so they
+//!    run on the request's task; [`off_runtime`] remains for the rare
+//!    blocking work (building a set, reading the config files).
 //! 2. **Requests without a session.** A request without `x-session-id`
 //!    has no stickiness and persists no override: the runner is given a
 //!    key under [`EPHEMERAL_PREFIX`], for which sessions read as empty and
-//!    writes go to a scratch document that is thrown away.
+//!    writes go to a scratch entry that is thrown away.
 //! 3. **Environment keys.** `apiKey: "${VAR}"` of a provider becomes its
 //!    `<provider>:default` profile in loaded profiles (when the file has no
-//!    profile of that id), held in memory only: an update of the secrets
-//!    file never sees it, so it is never written to disk.
+//!    profile of that id), held in memory only: the secrets file never
+//!    sees it, so it is never written to disk.
 //!
-//! It also watches routing-state updates for the metrics: a cooldown or a
+//! It also watches profile updates for the metrics: a cooldown or a
 //! disable window that an update started is counted (the runner's own
 //! record of it stays inside the executor).
 
 use std::sync::Arc;
 
 use crate::store::{
-    AuthProfiles, AuthState, Problem, Profile, SessionEntry, SessionStore, Store, StoreError,
+    AsyncStore, AuthProfiles, AuthState, Problem, Profile, ProfileEdit, SessionEdit, SessionEntry,
+    SessionStore, SharedTables, Store, StoreError, StoreFuture,
 };
 
 use super::metrics::Metrics;
@@ -35,31 +33,27 @@ use super::metrics::Metrics;
 /// A NUL cannot arrive in an HTTP header, so no client session collides.
 pub const EPHEMERAL_PREFIX: &str = "\0anonymous:";
 
-/// Runs `f` where blocking is allowed (see the module documentation).
-pub fn off_runtime<R>(f: impl FnOnce() -> R) -> R {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
-        }
-        _ => f(),
-    }
-}
+pub use crate::store::off_runtime;
 
 /// See the module documentation.
 pub struct GatewayStore {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn AsyncStore>,
+    /// The same backend as whole documents (metrics, status-like reads).
+    docs: Arc<dyn Store>,
     env_profiles: Vec<(String, Profile)>,
     metrics: Arc<Metrics>,
 }
 
 impl GatewayStore {
     pub fn new(
-        inner: Arc<dyn Store>,
+        inner: Arc<dyn AsyncStore>,
+        docs: Arc<dyn Store>,
         env_profiles: Vec<(String, Profile)>,
         metrics: Arc<Metrics>,
     ) -> Self {
         GatewayStore {
             inner,
+            docs,
             env_profiles,
             metrics,
         }
@@ -70,13 +64,118 @@ fn is_ephemeral(key: &str) -> bool {
     key.starts_with(EPHEMERAL_PREFIX)
 }
 
+/// Whether an edit of `id`'s stats started a window, by kind.
+fn started(
+    before: Option<&crate::store::UsageStats>,
+    doc: &AuthState,
+    id: &str,
+) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if let Some(s) = doc.usage_stats.get(id) {
+        if s.cooldown_until.is_some() && s.cooldown_until != before.and_then(|o| o.cooldown_until) {
+            out.push("cooldown");
+        }
+        if s.disabled_until.is_some() && s.disabled_until != before.and_then(|o| o.disabled_until) {
+            out.push("disable");
+        }
+    }
+    out
+}
+
+impl AsyncStore for GatewayStore {
+    fn agent_id(&self) -> &str {
+        AsyncStore::agent_id(self.inner.as_ref())
+    }
+
+    fn load_profiles(&self) -> StoreFuture<'_, AuthProfiles> {
+        Box::pin(async move {
+            let mut p = self.inner.load_profiles().await?;
+            for (id, profile) in &self.env_profiles {
+                p.profiles
+                    .entry(id.clone())
+                    .or_insert_with(|| profile.clone());
+            }
+            Ok(p)
+        })
+    }
+
+    fn load_state(&self) -> StoreFuture<'_, AuthState> {
+        self.inner.load_state()
+    }
+
+    fn load_session<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<SessionEntry>> {
+        if is_ephemeral(key) {
+            return Box::pin(std::future::ready(Ok(None)));
+        }
+        self.inner.load_session(key)
+    }
+
+    fn update_profile<'a>(
+        &'a self,
+        profile_id: &'a str,
+        provider: &'a str,
+        f: ProfileEdit<'a>,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let mut kinds: Vec<&'static str> = Vec::new();
+            self.inner
+                .update_profile(profile_id, provider, &mut |doc| {
+                    let before = doc.usage_stats.get(profile_id).cloned();
+                    f(doc);
+                    kinds = started(before.as_ref(), doc, profile_id);
+                })
+                .await?;
+            // Counted once the update is durable (a retried closure counts once).
+            for kind in kinds {
+                self.metrics.window_started(kind);
+            }
+            Ok(())
+        })
+    }
+
+    fn update_session<'a>(&'a self, key: &'a str, f: SessionEdit<'a>) -> StoreFuture<'a, ()> {
+        // An anonymous request's edits land in a scratch entry.
+        if is_ephemeral(key) || ANONYMOUS.try_with(|a| *a).unwrap_or(false) {
+            f(&mut SessionEntry::default());
+            return Box::pin(std::future::ready(Ok(())));
+        }
+        self.inner.update_session(key, f)
+    }
+
+    fn update_session_now(
+        &self,
+        key: &str,
+        mut f: Box<dyn FnMut(&mut SessionEntry) + Send + 'static>,
+    ) -> Result<(), StoreError> {
+        if is_ephemeral(key) || ANONYMOUS.try_with(|a| *a).unwrap_or(false) {
+            f(&mut SessionEntry::default());
+            return Ok(());
+        }
+        self.inner.update_session_now(key, f)
+    }
+
+    fn take_problems(&self) -> Vec<Problem> {
+        AsyncStore::take_problems(self.inner.as_ref())
+    }
+
+    fn shared_tables(&self) -> Option<&dyn SharedTables> {
+        self.inner.shared_tables()
+    }
+
+    fn health(&self) -> Option<(bool, u64)> {
+        self.inner.health()
+    }
+}
+
+/// The whole-document view: the backend's, with the environment keys
+/// added to loaded profiles and anonymous sessions never written.
 impl Store for GatewayStore {
     fn agent_id(&self) -> &str {
-        self.inner.agent_id()
+        self.docs.agent_id()
     }
 
     fn load_profiles(&self) -> Result<AuthProfiles, StoreError> {
-        let mut p = off_runtime(|| self.inner.load_profiles())?;
+        let mut p = self.docs.load_profiles()?;
         for (id, profile) in &self.env_profiles {
             p.profiles
                 .entry(id.clone())
@@ -86,75 +185,30 @@ impl Store for GatewayStore {
     }
 
     fn load_state(&self) -> Result<AuthState, StoreError> {
-        off_runtime(|| self.inner.load_state())
+        self.docs.load_state()
     }
 
     fn load_sessions(&self) -> Result<SessionStore, StoreError> {
-        off_runtime(|| self.inner.load_sessions())
-    }
-
-    fn load_session(&self, key: &str) -> Result<Option<SessionEntry>, StoreError> {
-        if is_ephemeral(key) {
-            return Ok(None);
-        }
-        off_runtime(|| self.inner.load_session(key))
+        self.docs.load_sessions()
     }
 
     fn update_profiles_dyn(&self, f: &mut dyn FnMut(&mut AuthProfiles)) -> Result<(), StoreError> {
-        off_runtime(|| self.inner.update_profiles_dyn(f))
+        self.docs.update_profiles_dyn(f)
     }
 
     fn update_state_dyn(&self, f: &mut dyn FnMut(&mut AuthState)) -> Result<(), StoreError> {
-        let metrics = &self.metrics;
-        let mut started: Vec<&'static str> = Vec::new();
-        off_runtime(|| {
-            self.inner.update_state_dyn(&mut |doc| {
-                let before = doc.usage_stats.clone();
-                f(doc);
-                started.clear();
-                for (id, s) in &doc.usage_stats {
-                    let old = before.get(id);
-                    if s.cooldown_until.is_some()
-                        && s.cooldown_until != old.and_then(|o| o.cooldown_until)
-                    {
-                        started.push("cooldown");
-                    }
-                    if s.disabled_until.is_some()
-                        && s.disabled_until != old.and_then(|o| o.disabled_until)
-                    {
-                        started.push("disable");
-                    }
-                }
-            })
-        })?;
-        // Counted once the update is durable (a retried closure counts once).
-        for kind in started {
-            metrics.window_started(kind);
-        }
-        Ok(())
+        self.docs.update_state_dyn(f)
     }
 
     fn update_sessions_dyn(&self, f: &mut dyn FnMut(&mut SessionStore)) -> Result<(), StoreError> {
-        // The runner edits one entry per update; an edit of an ephemeral
-        // session lands in a scratch document. An update cannot say which
-        // key it touches, so the scratch is tried first only when the
-        // calling task is serving an anonymous request.
-        if ANONYMOUS.try_with(|a| *a).unwrap_or(false) {
-            let mut scratch = SessionStore::default();
-            f(&mut scratch);
-            return Ok(());
-        }
-        off_runtime(|| {
-            self.inner.update_sessions_dyn(&mut |doc| {
-                f(doc);
-                // Belt and braces: an anonymous entry never reaches the disk.
-                doc.entries.retain(|k, _| !is_ephemeral(k));
-            })
+        self.docs.update_sessions_dyn(&mut |doc| {
+            f(doc);
+            doc.entries.retain(|k, _| !is_ephemeral(k));
         })
     }
 
     fn take_problems(&self) -> Vec<Problem> {
-        self.inner.take_problems()
+        self.docs.take_problems()
     }
 }
 
@@ -167,48 +221,58 @@ tokio::task_local! {
 mod tests {
     use super::*;
     use crate::run::MemoryStore;
-    use crate::store::StoreExt;
+    use crate::store::{edit_session, SyncFace};
 
-    fn store() -> GatewayStore {
-        GatewayStore::new(
-            Arc::new(MemoryStore::new("main")),
+    fn store() -> (Arc<MemoryStore>, GatewayStore) {
+        let mem = Arc::new(MemoryStore::new("main"));
+        let g = GatewayStore::new(
+            Arc::new(SyncFace::new(mem.clone())),
+            mem.clone(),
             vec![(
                 "openai:default".into(),
                 Profile::api_key("openai", "sk-env-0123456789"),
             )],
             Arc::new(Metrics::new()),
-        )
+        );
+        (mem, g)
     }
 
     // Env keys are visible to routing but never written (SPEC R5).
-    #[test]
-    fn env_profiles_are_loaded_not_stored() {
-        let s = store();
-        assert!(s
-            .load_profiles()
+    #[tokio::test]
+    async fn env_profiles_are_loaded_not_stored() {
+        let (mem, s) = store();
+        assert!(AsyncStore::load_profiles(&s)
+            .await
             .unwrap()
             .profiles
             .contains_key("openai:default"));
-        s.update_profiles(|p| p.profiles.len()).unwrap();
-        assert!(s.inner.load_profiles().unwrap().profiles.is_empty());
+        assert!(mem.load_profiles().unwrap().profiles.is_empty());
     }
 
     #[tokio::test]
     async fn anonymous_sessions_are_never_persisted() {
-        let s = store();
+        let (mem, s) = store();
         let key = format!("{EPHEMERAL_PREFIX}1");
         ANONYMOUS
             .scope(true, async {
-                s.update_session(&key, |e| e.model_override = Some("x".into()))
-                    .unwrap();
+                edit_session(&s, "named-but-anonymous", |e| {
+                    e.model_override = Some("x".into())
+                })
+                .await
+                .unwrap();
             })
             .await;
-        s.update_session(&key, |e| e.model_override = Some("x".into()))
+        edit_session(&s, &key, |e| e.model_override = Some("x".into()))
+            .await
             .unwrap();
-        assert!(s.load_session(&key).unwrap().is_none());
-        assert!(s.inner.load_sessions().unwrap().entries.is_empty());
-        s.update_session("real", |e| e.model_override = Some("y".into()))
+        assert!(AsyncStore::load_session(&s, &key).await.unwrap().is_none());
+        assert!(mem.load_sessions().unwrap().entries.is_empty());
+        edit_session(&s, "real", |e| e.model_override = Some("y".into()))
+            .await
             .unwrap();
-        assert!(s.load_session("real").unwrap().is_some());
+        assert!(AsyncStore::load_session(&s, "real")
+            .await
+            .unwrap()
+            .is_some());
     }
 }

@@ -28,7 +28,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
-use crate::auth::{mark_failure, Failure};
+use crate::auth::Failure;
 use crate::run::{ProviderFailure, Runner};
 
 use super::metrics::Metrics;
@@ -165,7 +165,7 @@ impl Recorder {
         t
     }
 
-    fn failed(&self, failure: &ProviderFailure) -> String {
+    async fn failed(&self, failure: &ProviderFailure) -> String {
         let (p, m) = (self.provider.as_str(), self.model.as_str());
         let c = self
             .runner
@@ -180,14 +180,7 @@ impl Recorder {
                 reset_at: None,
             };
             let now = self.runner.now_ms();
-            if let Err(e) = mark_failure(
-                self.runner.store().as_ref(),
-                id,
-                p,
-                &f,
-                self.runner.policy(),
-                now,
-            ) {
+            if let Err(e) = self.runner.mark_failure(id, p, &f, now).await {
                 tracing::error!(target: "failover::serve", error = %e, "cannot record a stream failure");
             }
         }
@@ -253,9 +246,9 @@ impl Relay {
         }
     }
 
-    fn cut(&mut self, failure: ProviderFailure) -> Bytes {
+    async fn cut(&mut self, failure: ProviderFailure) -> Bytes {
         self.done = true;
-        let text = self.recorder.failed(&failure);
+        let text = self.recorder.failed(&failure).await;
         Bytes::from(client_error_event(self.client, &text).encode())
     }
 
@@ -273,7 +266,7 @@ impl Relay {
                         ..Default::default()
                     };
                     self.done = true;
-                    let text = self.recorder.failed(&failure);
+                    let text = self.recorder.failed(&failure).await;
                     let msg = upstream_message(&e.data)
                         .map(|(m, _)| self.recorder.scrub(&m))
                         .unwrap_or(text);
@@ -300,29 +293,28 @@ impl Relay {
             let wait = (tokio::time::Instant::now() + self.idle).min(self.deadline);
             match tokio::time::timeout_at(wait, self.body.next()).await {
                 Err(_) => {
-                    return Some(
-                        self.cut(
-                            ProviderFailure::message(format!(
-                                "upstream timed out: the stream stalled for {} ms",
-                                self.idle.as_millis()
-                            ))
-                            .with_code("ETIMEDOUT"),
-                        ),
-                    )
+                    let f = ProviderFailure::message(format!(
+                        "upstream timed out: the stream stalled for {} ms",
+                        self.idle.as_millis()
+                    ))
+                    .with_code("ETIMEDOUT");
+                    return Some(self.cut(f).await);
                 }
                 Ok(None) => {
-                    return Some(self.cut(ProviderFailure::message(
+                    let f = ProviderFailure::message(
                         "upstream stream ended before the answer was complete (connection reset)",
-                    )))
+                    );
+                    return Some(self.cut(f).await);
                 }
                 Ok(Some(Err(_))) => {
-                    return Some(self.cut(ProviderFailure::message(
+                    let f = ProviderFailure::message(
                         "upstream connection reset in the middle of the stream",
-                    )))
+                    );
+                    return Some(self.cut(f).await);
                 }
                 Ok(Some(Ok(chunk))) => match self.parser.push(&chunk) {
                     Ok(events) => self.pending.extend(events),
-                    Err(msg) => return Some(self.cut(ProviderFailure::message(msg))),
+                    Err(msg) => return Some(self.cut(ProviderFailure::message(msg)).await),
                 },
             }
         }

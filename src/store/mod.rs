@@ -48,12 +48,16 @@
 //! ```
 
 mod atomic;
+mod backend;
 mod clock;
+mod face;
 mod file;
 mod json;
 mod profiles;
+mod redis_store;
 mod secret;
 mod sessions;
+mod sqlite;
 mod state;
 
 use std::fmt;
@@ -62,16 +66,23 @@ use std::path::PathBuf;
 pub use atomic::{create_private_dir, lock_path, write_atomic, FileLock};
 #[doc(hidden)]
 pub use atomic::{remove_stale_temps, write_atomic_with, FaultAction, FaultPlan, WriteFault};
+pub use backend::{backend_of, open as open_backend, open_docs, Opened};
 pub use clock::{
     format_span, format_utc, Clock, ManualClock, SystemClock, DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS,
+};
+pub use face::{
+    edit_profile, edit_session, off_runtime, AsyncStore, ProfileEdit, SessionEdit, SharedTables,
+    StoreFuture, SyncFace,
 };
 pub use file::{FileStore, StatePaths, DEFAULT_AGENT};
 pub use profiles::{
     normalize_provider, provider_of_id, AuthProfiles, Credential, CredentialKind, Extra, Profile,
     SecretRef, Unusable, PROFILES_VERSION,
 };
+pub use redis_store::{redact_url, RedisStore, DEFAULT_PREFIX};
 pub use secret::Secret;
 pub use sessions::{OverrideFields, OverrideSource, SessionEntry, SessionStore};
+pub use sqlite::{sqlite_path, SqliteStore, SQLITE_FILE};
 pub use state::{AuthState, UsageStats, STATE_VERSION};
 
 use crate::syntax::display_name;

@@ -9,7 +9,9 @@ use failover::run::{
     Attempt, AttemptError, MemoryStore, ProviderFailure, RunRequest, Runner, TokioClock,
     TokioSleeper,
 };
-use failover::store::{AuthProfiles, Profile, SessionEntry, Store};
+use failover::store::{
+    AuthProfiles, FileStore, Profile, SessionEntry, SqliteStore, Store, StoreExt,
+};
 use failover::Engine;
 
 /// 2026-01-01T00:00:00Z.
@@ -39,19 +41,65 @@ pub fn profiles(list: &[(&str, &str)]) -> AuthProfiles {
 
 pub struct H {
     pub runner: Arc<Runner>,
-    pub store: Arc<MemoryStore>,
+    pub store: Arc<dyn Store>,
+    /// The state directory of a durable backend, removed on drop.
+    dir: Option<std::path::PathBuf>,
 }
 
-/// A runner on tokio's (paused) clock starting at [`T0`].
-pub fn setup(yaml: &str, list: &[(&str, &str)]) -> H {
-    let store = Arc::new(MemoryStore::new("main").with_profiles(profiles(list)));
-    let runner = Runner::new(engine(), Arc::new(config(yaml)), store.clone())
+impl Drop for H {
+    fn drop(&mut self) {
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// The state backend the runner tests run on: `FAILOVER_TEST_BACKEND` =
+/// `memory` (the default), `files` or `sqlite`. CI runs them on each, so
+/// the executor's decisions are checked unchanged on every backend.
+pub fn backend() -> String {
+    std::env::var("FAILOVER_TEST_BACKEND").unwrap_or_else(|_| "memory".into())
+}
+
+/// A fresh, empty state directory for a test.
+pub fn temp_state() -> std::path::PathBuf {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
+        .as_nanos();
+    std::env::temp_dir().join(format!("failover-run-{}-{nanos}-{n}", std::process::id()))
+}
+
+/// A runner on tokio's (paused) clock starting at [`T0`], on the backend
+/// [`backend`] names.
+pub fn setup(yaml: &str, list: &[(&str, &str)]) -> H {
+    let cfg = Arc::new(config(yaml));
+    let dir = temp_state();
+    let (store, runner): (Arc<dyn Store>, Runner) = match backend().as_str() {
+        "sqlite" => {
+            let s = Arc::new(SqliteStore::open(&dir, "main").unwrap());
+            s.update_profiles(|p| *p = profiles(list)).unwrap();
+            (s.clone(), Runner::with_store(engine(), cfg, s).unwrap())
+        }
+        "files" => {
+            let s = Arc::new(FileStore::open(&dir, "main").unwrap());
+            s.update_profiles(|p| *p = profiles(list)).unwrap();
+            (s.clone(), Runner::new(engine(), cfg, s).unwrap())
+        }
+        _ => {
+            let s = Arc::new(MemoryStore::new("main").with_profiles(profiles(list)));
+            (s.clone(), Runner::new(engine(), cfg, s).unwrap())
+        }
+    };
+    let runner = runner
         .with_clock(Arc::new(TokioClock::starting_at(T0)))
         .with_sleeper(Arc::new(TokioSleeper));
     H {
         runner: Arc::new(runner),
         store,
+        dir: Some(dir),
     }
 }
 

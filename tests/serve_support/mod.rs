@@ -468,22 +468,33 @@ impl Gw {
         Resp::from(r.send().await.unwrap()).await
     }
 
+    /// The state as `status --state DIR` reads it (the gateway's default
+    /// backend, SQLite, or the files when there is no database).
+    fn docs(&self) -> std::sync::Arc<dyn failover::store::Store> {
+        failover::store::open_docs(None, &self.dir.join("state"), "main")
+            .unwrap()
+            .0
+    }
+
     pub fn usage(&self, id: &str) -> Value {
-        let p = self.dir.join("state/agents/main/agent/auth-state.json");
-        let v: Value = std::fs::read_to_string(p)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or(Value::Null);
-        v["usageStats"][id].clone()
+        let st = self.docs().load_state().unwrap();
+        st.usage_stats
+            .get(id)
+            .map(|s| serde_json::to_value(s).unwrap())
+            .unwrap_or(Value::Null)
     }
 
     pub fn session(&self, key: &str) -> Value {
-        let p = self.dir.join("state/agents/main/sessions/sessions.json");
-        let v: Value = std::fs::read_to_string(p)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or(Value::Null);
-        v[key].clone()
+        let s = self.docs().load_sessions().unwrap();
+        s.entries
+            .get(key)
+            .map(|e| serde_json::to_value(e).unwrap())
+            .unwrap_or(Value::Null)
+    }
+
+    /// Every stored session, as `sessions.json` would hold them.
+    pub fn sessions_text(&self) -> String {
+        self.docs().load_sessions().unwrap().to_json().to_string()
     }
 
     pub async fn stop(mut self) {

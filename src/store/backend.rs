@@ -1,0 +1,120 @@
+//! Choosing and opening a state backend from the config's `state:` block
+//! (issue 13; README "State backends").
+//!
+//! | `state.backend` | where the routing state and sessions live |
+//! |---|---|
+//! | (no block), `sqlite` | `<state>/agents/<id>/agent/state.sqlite` |
+//! | `files` | `auth-state.json`, `sessions.json` (SPEC R5 layout) |
+//! | `redis` | the server at `state.url`, keys under `state.prefix` |
+//!
+//! Secrets stay in `<state>/agents/<id>/agent/auth-profiles.json` with
+//! every backend. [`open`] is for the gateway (async face and whole
+//! documents); [`open_docs`] is for read-only tools (`status`), which must
+//! not create a database: with no `state:` block, or `sqlite`, they read
+//! the database when it exists and the files otherwise (what a new
+//! database would import).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::config::{StateBackend, StateConfig};
+
+use super::face::{AsyncStore, SyncFace};
+use super::file::FileStore;
+use super::redis_store::{RedisStore, DEFAULT_PREFIX};
+use super::sqlite::{sqlite_path, SqliteStore};
+use super::{Store, StoreError};
+
+/// One agent's state, both faces of one backend.
+#[derive(Clone)]
+pub struct Opened {
+    pub face: Arc<dyn AsyncStore>,
+    pub docs: Arc<dyn Store>,
+    pub backend: StateBackend,
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened")
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The backend a config names (`None`: the embedded database).
+pub fn backend_of(cfg: Option<&StateConfig>) -> StateBackend {
+    cfg.map_or(StateBackend::Sqlite, |c| c.backend)
+}
+
+/// Opens `agent`'s state for serving. A Redis server that does not answer
+/// is an error naming it (never its password).
+pub async fn open(
+    cfg: Option<&StateConfig>,
+    root: &Path,
+    agent: &str,
+) -> Result<Opened, StoreError> {
+    let backend = backend_of(cfg);
+    Ok(match backend {
+        StateBackend::Files => {
+            let f = Arc::new(FileStore::open(root, agent)?);
+            Opened {
+                face: Arc::new(SyncFace::blocking(f.clone())),
+                docs: f,
+                backend,
+            }
+        }
+        StateBackend::Sqlite => {
+            let s = Arc::new(SqliteStore::open(root, agent)?);
+            Opened {
+                face: s.clone(),
+                docs: s,
+                backend,
+            }
+        }
+        StateBackend::Redis => {
+            let c = cfg.expect("redis comes from a state block");
+            let url = c.url.as_deref().unwrap_or("redis://127.0.0.1:6379/0");
+            let prefix = c.prefix.as_deref().unwrap_or(DEFAULT_PREFIX);
+            let r = Arc::new(RedisStore::connect(url, prefix, root, agent).await?);
+            Opened {
+                face: r.clone(),
+                docs: r,
+                backend,
+            }
+        }
+    })
+}
+
+/// Opens `agent`'s state as whole documents for a read-only tool, without
+/// creating anything (see the module documentation). Redis is reached on
+/// a small runtime of its own.
+pub fn open_docs(
+    cfg: Option<&StateConfig>,
+    root: &Path,
+    agent: &str,
+) -> Result<(Arc<dyn Store>, StateBackend), StoreError> {
+    match backend_of(cfg) {
+        StateBackend::Files => Ok((Arc::new(FileStore::open(root, agent)?), StateBackend::Files)),
+        StateBackend::Sqlite => {
+            if sqlite_path(root, agent).exists() {
+                Ok((
+                    Arc::new(SqliteStore::open(root, agent)?),
+                    StateBackend::Sqlite,
+                ))
+            } else {
+                Ok((Arc::new(FileStore::open(root, agent)?), StateBackend::Files))
+            }
+        }
+        StateBackend::Redis => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| StoreError::io("start a runtime for", root, &e))?;
+            let opened = rt.block_on(open(cfg, root, agent))?;
+            // The connection manager's task lives on `rt`; the whole-document
+            // calls use their own plain connection, so `rt` may go.
+            drop(rt);
+            Ok((opened.docs, StateBackend::Redis))
+        }
+    }
+}

@@ -1,0 +1,553 @@
+//! The embedded state database: SQLite, `serve`'s default backend.
+//!
+//! One database per agent, beside the secrets:
+//! `<state>/agents/<agentId>/agent/state.sqlite`, in WAL mode (readers
+//! never wait for the writer; other processes on the machine share it
+//! safely), `synchronous=NORMAL` (a commit is durable against a process
+//! crash; a power cut may lose the last commits, never corrupt the file),
+//! and a busy timeout so that writers from several processes queue
+//! instead of failing. Rows:
+//!
+//! ```text
+//! usage_stats(profile PRIMARY KEY, stats JSON)       one row per profile
+//! last_good(provider PRIMARY KEY, profile)
+//! provider_order(provider PRIMARY KEY, profiles JSON)
+//! sessions(key PRIMARY KEY, entry JSON)              one row per session
+//! doc(name PRIMARY KEY, value JSON)                  version, unknown top-level fields
+//! ```
+//!
+//! Each value is the JSON of the original file's entry (`usageStats` of one
+//! profile, one session's entry with every field another subsystem owns),
+//! so an export to files is the original layout again (SPEC R5).
+//!
+//! The per-record updates of [`AsyncStore`] are one `BEGIN IMMEDIATE`
+//! transaction each on one row (two for a profile: its stats and its
+//! provider's `lastGood`): their cost does not grow with the number of
+//! sessions. The whole-document [`Store`] calls (used by `status`, `state
+//! export`/`import` and the tests) read or rewrite every row in one
+//! transaction. Secrets never enter the database: profiles are read from
+//! and written to `auth-profiles.json` by the file store, as before.
+//!
+//! Calls run on the calling thread under the connection's mutex; an
+//! indexed read or write takes microseconds, far less than handing the
+//! work to another thread would.
+//!
+//! Worked example: the first `SqliteStore::open(state, "main")` on a state
+//! directory that holds `auth-state.json` and `sessions.json` from the
+//! file store creates the database and copies both documents into it in
+//! one transaction (the files are left as they were); from then on the
+//! database is the routing state and `status --state DIR` reads it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use serde_json::Value;
+
+use super::face::{AsyncStore, ProfileEdit, SessionEdit, StoreFuture};
+use super::file::{FileStore, StatePaths};
+use super::{
+    normalize_provider, AuthProfiles, AuthState, Problem, SessionEntry, SessionStore, Store,
+    StoreError, UsageStats,
+};
+
+/// The database's file name, in the agent's `agent/` directory.
+pub const SQLITE_FILE: &str = "state.sqlite";
+/// How long a writer waits for another process's transaction.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS doc (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS usage_stats (profile TEXT PRIMARY KEY, stats TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS last_good (provider TEXT PRIMARY KEY, profile TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS provider_order (provider TEXT PRIMARY KEY, profiles TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sessions (key TEXT PRIMARY KEY, entry TEXT NOT NULL) WITHOUT ROWID;
+";
+
+/// See the module documentation.
+pub struct SqliteStore {
+    files: FileStore,
+    path: PathBuf,
+    conn: Mutex<Connection>,
+    problems: Mutex<Vec<Problem>>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("agent", &self.files.agent_id())
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn db_err(op: &'static str, path: &Path, e: rusqlite::Error) -> StoreError {
+    StoreError::Io {
+        op,
+        path: crate::syntax::display_name(path),
+        detail: e.to_string(),
+    }
+}
+
+/// The database path of `agent` under `root`.
+pub fn sqlite_path(root: &Path, agent: &str) -> PathBuf {
+    StatePaths::new(root, agent)
+        .profiles
+        .with_file_name(SQLITE_FILE)
+}
+
+impl SqliteStore {
+    /// Opens (creating when missing) the database of `agent_id` under
+    /// `root`. A new database starts from the file store's routing state
+    /// and sessions when there are any (copied, not moved).
+    pub fn open(root: impl AsRef<Path>, agent_id: &str) -> Result<Self, StoreError> {
+        let root = root.as_ref();
+        let files = FileStore::open(root, agent_id)?;
+        let path = sqlite_path(root, agent_id);
+        let dir = path.parent().unwrap_or(Path::new("."));
+        super::create_private_dir(dir).map_err(|e| StoreError::io("create directory", dir, &e))?;
+        let fresh = !path.exists();
+        let conn = Connection::open(&path).map_err(|e| db_err("open", &path, e))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| db_err("open", &path, e))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| db_err("open", &path, e))?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| db_err("open", &path, e))?;
+        conn.execute_batch(SCHEMA)
+            .map_err(|e| db_err("create tables in", &path, e))?;
+        let store = SqliteStore {
+            files,
+            path,
+            conn: Mutex::new(conn),
+            problems: Mutex::new(Vec::new()),
+        };
+        if fresh {
+            store.import_files()?;
+        }
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file store that holds the secrets.
+    pub fn files(&self) -> &FileStore {
+        &self.files
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn err(&self, op: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        move |e| db_err(op, &self.path, e)
+    }
+
+    fn import_files(&self) -> Result<(), StoreError> {
+        let state = self.files.load_state()?;
+        let sessions = self.files.load_sessions()?;
+        if state == AuthState::default() && sessions.entries.is_empty() {
+            return Ok(());
+        }
+        self.update_state_dyn(&mut |s| *s = state.clone())?;
+        self.update_sessions_dyn(&mut |s| *s = sessions.clone())
+    }
+
+    /// Several sessions in one transaction (seeding, import).
+    pub fn put_sessions<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (&'a str, &'a SessionEntry)>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.err("begin"))?;
+        {
+            let mut put = tx
+                .prepare_cached("INSERT OR REPLACE INTO sessions (key, entry) VALUES (?1, ?2)")
+                .map_err(self.err("write"))?;
+            for (k, e) in entries {
+                put.execute(params![k, to_text(e)])
+                    .map_err(self.err("write"))?;
+            }
+        }
+        tx.commit().map_err(self.err("commit"))
+    }
+
+    /// The number of session rows.
+    pub fn session_count(&self) -> Result<u64, StoreError> {
+        self.conn()
+            .query_row("SELECT count(*) FROM sessions", [], |r| r.get::<_, i64>(0))
+            .map(|n| n as u64)
+            .map_err(self.err("read"))
+    }
+
+    fn report(&self, what: &'static str, key: &str, detail: String) {
+        let p = Problem::InvalidEntry {
+            path: self.path.clone(),
+            what,
+            key: key.into(),
+            detail,
+        };
+        let mut ps = self.problems.lock().unwrap_or_else(|e| e.into_inner());
+        if !ps.contains(&p) {
+            ps.push(p);
+        }
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &'static str,
+        key: &str,
+        text: &str,
+    ) -> Option<T> {
+        match serde_json::from_str(text) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.report(what, key, super::json::scrub_serde_error(&e));
+                None
+            }
+        }
+    }
+
+    fn read_state(&self, conn: &Connection) -> Result<AuthState, StoreError> {
+        let mut st = AuthState::default();
+        let rows = |sql: &str| -> Result<Vec<(String, String)>, StoreError> {
+            let mut q = conn.prepare_cached(sql).map_err(self.err("read"))?;
+            let it = q
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(self.err("read"))?;
+            it.collect::<Result<Vec<_>, _>>().map_err(self.err("read"))
+        };
+        for (name, value) in rows("SELECT name, value FROM doc")? {
+            let Some(v) = self.parse::<Value>("field", &name, &value) else {
+                continue;
+            };
+            if name == "version" {
+                st.version = v.as_u64();
+            } else {
+                st.extra.insert(name, v);
+            }
+        }
+        for (p, stats) in rows("SELECT profile, stats FROM usage_stats")? {
+            if let Some(s) = self.parse::<UsageStats>("usage stats of", &p, &stats) {
+                st.usage_stats.insert(p, s);
+            }
+        }
+        for (p, id) in rows("SELECT provider, profile FROM last_good")? {
+            st.last_good.insert(p, id);
+        }
+        for (p, list) in rows("SELECT provider, profiles FROM provider_order")? {
+            if let Some(l) = self.parse::<Vec<String>>("order of", &p, &list) {
+                st.order.insert(p, l);
+            }
+        }
+        Ok(st)
+    }
+
+    fn write_state_diff(
+        &self,
+        tx: &Connection,
+        before: &AuthState,
+        after: &AuthState,
+    ) -> Result<(), StoreError> {
+        let e = self.err("write");
+        diff_rows(
+            tx,
+            "usage_stats",
+            "profile",
+            "stats",
+            &before.usage_stats,
+            &after.usage_stats,
+            to_text,
+        )
+        .map_err(&e)?;
+        diff_rows(
+            tx,
+            "last_good",
+            "provider",
+            "profile",
+            &before.last_good,
+            &after.last_good,
+            |s| s.clone(),
+        )
+        .map_err(&e)?;
+        diff_rows(
+            tx,
+            "provider_order",
+            "provider",
+            "profiles",
+            &before.order,
+            &after.order,
+            to_text,
+        )
+        .map_err(&e)?;
+        let doc = |s: &AuthState| -> BTreeMap<String, Value> {
+            let mut m: BTreeMap<String, Value> = s
+                .extra
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if let Some(v) = s.version {
+                m.insert("version".into(), v.into());
+            }
+            m
+        };
+        diff_rows(tx, "doc", "name", "value", &doc(before), &doc(after), |v| {
+            v.to_string()
+        })
+        .map_err(&e)
+    }
+}
+
+fn to_text<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("state serialises")
+}
+
+/// Writes the rows of `table` that differ between `before` and `after`.
+fn diff_rows<V: PartialEq>(
+    tx: &Connection,
+    table: &str,
+    key: &str,
+    col: &str,
+    before: &BTreeMap<String, V>,
+    after: &BTreeMap<String, V>,
+    text: impl Fn(&V) -> String,
+) -> Result<(), rusqlite::Error> {
+    for (k, v) in after {
+        if before.get(k) != Some(v) {
+            tx.prepare_cached(&format!(
+                "INSERT OR REPLACE INTO {table} ({key}, {col}) VALUES (?1, ?2)"
+            ))?
+            .execute(params![k, text(v)])?;
+        }
+    }
+    for k in before.keys() {
+        if !after.contains_key(k) {
+            tx.prepare_cached(&format!("DELETE FROM {table} WHERE {key} = ?1"))?
+                .execute(params![k])?;
+        }
+    }
+    Ok(())
+}
+
+impl SqliteStore {
+    fn read_sessions(&self, conn: &Connection) -> Result<SessionStore, StoreError> {
+        let mut q = conn
+            .prepare_cached("SELECT key, entry FROM sessions")
+            .map_err(self.err("read"))?;
+        let rows = q
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(self.err("read"))?;
+        let mut out = SessionStore::default();
+        for row in rows {
+            let (k, t) = row.map_err(self.err("read"))?;
+            if let Some(e) = self.parse("session", &k, &t) {
+                out.entries.insert(k, e);
+            }
+        }
+        Ok(out)
+    }
+
+    fn get_session(
+        &self,
+        conn: &Connection,
+        key: &str,
+    ) -> Result<Option<SessionEntry>, StoreError> {
+        let text: Option<String> = conn
+            .prepare_cached("SELECT entry FROM sessions WHERE key = ?1")
+            .map_err(self.err("read"))?
+            .query_row(params![key], |r| r.get(0))
+            .optional()
+            .map_err(self.err("read"))?;
+        Ok(text.and_then(|t| self.parse("session", key, &t)))
+    }
+
+    /// One session's read-modify-write in one transaction.
+    pub fn update_session_sync(
+        &self,
+        key: &str,
+        f: &mut dyn FnMut(&mut SessionEntry),
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.err("begin"))?;
+        let before = self.get_session(&tx, key)?;
+        let mut entry = before.clone().unwrap_or_default();
+        f(&mut entry);
+        if before.as_ref() != Some(&entry) {
+            tx.prepare_cached("INSERT OR REPLACE INTO sessions (key, entry) VALUES (?1, ?2)")
+                .map_err(self.err("write"))?
+                .execute(params![key, to_text(&entry)])
+                .map_err(self.err("write"))?;
+        }
+        tx.commit().map_err(self.err("commit"))
+    }
+
+    /// One profile's read-modify-write in one transaction.
+    pub fn update_profile_sync(
+        &self,
+        profile_id: &str,
+        provider: &str,
+        f: &mut dyn FnMut(&mut AuthState),
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.err("begin"))?;
+        let mut before = AuthState::default();
+        let stats: Option<String> = tx
+            .prepare_cached("SELECT stats FROM usage_stats WHERE profile = ?1")
+            .map_err(self.err("read"))?
+            .query_row(params![profile_id], |r| r.get(0))
+            .optional()
+            .map_err(self.err("read"))?;
+        if let Some(s) = stats.and_then(|t| self.parse("usage stats of", profile_id, &t)) {
+            before.usage_stats.insert(profile_id.to_string(), s);
+        }
+        let p = normalize_provider(provider);
+        let good: Option<String> = tx
+            .prepare_cached("SELECT profile FROM last_good WHERE provider = ?1")
+            .map_err(self.err("read"))?
+            .query_row(params![p], |r| r.get(0))
+            .optional()
+            .map_err(self.err("read"))?;
+        if let Some(g) = good {
+            before.last_good.insert(p, g);
+        }
+        let mut after = before.clone();
+        f(&mut after);
+        // Only the record's rows are written: the partial document has no
+        // `order` or top-level fields to compare, and an edit that added
+        // them is applied as an upsert.
+        let mut base = before;
+        base.order = after.order.clone();
+        base.extra = after.extra.clone();
+        base.version = after.version;
+        if base != after {
+            self.write_state_diff(&tx, &base, &after)?;
+        }
+        tx.commit().map_err(self.err("commit"))
+    }
+}
+
+impl Store for SqliteStore {
+    fn agent_id(&self) -> &str {
+        self.files.agent_id()
+    }
+
+    fn load_profiles(&self) -> Result<AuthProfiles, StoreError> {
+        self.files.load_profiles()
+    }
+
+    fn load_state(&self) -> Result<AuthState, StoreError> {
+        let conn = self.conn();
+        self.read_state(&conn)
+    }
+
+    fn load_sessions(&self) -> Result<SessionStore, StoreError> {
+        let conn = self.conn();
+        self.read_sessions(&conn)
+    }
+
+    fn load_session(&self, key: &str) -> Result<Option<SessionEntry>, StoreError> {
+        let conn = self.conn();
+        self.get_session(&conn, key)
+    }
+
+    fn update_profiles_dyn(&self, f: &mut dyn FnMut(&mut AuthProfiles)) -> Result<(), StoreError> {
+        self.files.update_profiles_dyn(f)
+    }
+
+    fn update_state_dyn(&self, f: &mut dyn FnMut(&mut AuthState)) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.err("begin"))?;
+        let before = self.read_state(&tx)?;
+        let mut after = before.clone();
+        f(&mut after);
+        if after != before {
+            self.write_state_diff(&tx, &before, &after)?;
+        }
+        tx.commit().map_err(self.err("commit"))
+    }
+
+    fn update_sessions_dyn(&self, f: &mut dyn FnMut(&mut SessionStore)) -> Result<(), StoreError> {
+        // The whole table: for `state import` and the tests, not the runner.
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.err("begin"))?;
+        let before = self.read_sessions(&tx)?;
+        let mut after = before.clone();
+        f(&mut after);
+        diff_rows(
+            &tx,
+            "sessions",
+            "key",
+            "entry",
+            &before.entries,
+            &after.entries,
+            to_text,
+        )
+        .map_err(self.err("write"))?;
+        tx.commit().map_err(self.err("commit"))
+    }
+
+    fn take_problems(&self) -> Vec<Problem> {
+        let mut out = self.files.take_problems();
+        out.append(&mut self.problems.lock().unwrap_or_else(|e| e.into_inner()));
+        out
+    }
+}
+
+impl AsyncStore for SqliteStore {
+    fn agent_id(&self) -> &str {
+        self.files.agent_id()
+    }
+
+    fn load_profiles(&self) -> StoreFuture<'_, AuthProfiles> {
+        Box::pin(std::future::ready(self.files.load_profiles()))
+    }
+
+    fn load_state(&self) -> StoreFuture<'_, AuthState> {
+        Box::pin(std::future::ready(Store::load_state(self)))
+    }
+
+    fn load_session<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<SessionEntry>> {
+        Box::pin(std::future::ready(Store::load_session(self, key)))
+    }
+
+    fn update_profile<'a>(
+        &'a self,
+        profile_id: &'a str,
+        provider: &'a str,
+        f: ProfileEdit<'a>,
+    ) -> StoreFuture<'a, ()> {
+        let r = self.update_profile_sync(profile_id, provider, &mut |s| f(s));
+        Box::pin(std::future::ready(r))
+    }
+
+    fn update_session<'a>(&'a self, key: &'a str, f: SessionEdit<'a>) -> StoreFuture<'a, ()> {
+        let r = self.update_session_sync(key, &mut |e| f(e));
+        Box::pin(std::future::ready(r))
+    }
+
+    fn update_session_now(
+        &self,
+        key: &str,
+        mut f: Box<dyn FnMut(&mut SessionEntry) + Send + 'static>,
+    ) -> Result<(), StoreError> {
+        self.update_session_sync(key, &mut |e| f(e))
+    }
+
+    fn take_problems(&self) -> Vec<Problem> {
+        Store::take_problems(self)
+    }
+}
