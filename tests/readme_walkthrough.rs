@@ -124,3 +124,28 @@ fn ellipses_match_anything_within_a_line() {
     assert!(matches("a b", "a b"));
     assert!(!matches("xa b", "a b"));
 }
+
+/// CI runs the README's test command (issue 15 item 8), so the command a
+/// newcomer is told to run is the one kept green.
+#[test]
+fn ci_runs_the_readmes_test_command() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let two = readme
+        .split("## Two commands")
+        .nth(1)
+        .and_then(|s| s.split("```sh\n").nth(1))
+        .and_then(|s| s.split("```").next())
+        .expect("the README's two commands");
+    let test = two
+        .lines()
+        .find(|l| l.starts_with("cargo test"))
+        .and_then(|l| l.split('#').next())
+        .map(str::trim)
+        .expect("a cargo test command");
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    assert!(
+        ci.lines().any(|l| l.trim().ends_with(test)),
+        "`.ci/run` does not run the README's test command `{test}`"
+    );
+}
