@@ -371,3 +371,79 @@ fn colour_on_request_and_never_when_piped_or_no_color() {
         .unwrap();
     assert_eq!(stdout(&never), stdout(&piped));
 }
+
+/// Runs `failover ARGS` on a terminal (a pty from util-linux `script`),
+/// typing `input`; returns what the terminal showed.
+fn on_a_terminal(dir: &Path, args: &str, no_color: bool, input: &str) -> String {
+    use std::io::Write;
+    let mut c = Command::new("script");
+    c.args([
+        "-qec",
+        &format!("{} {args}", env!("CARGO_BIN_EXE_failover")),
+        "/dev/null",
+    ])
+    .current_dir(dir)
+    .env_remove("NO_COLOR")
+    .env("TERM", "xterm")
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped());
+    if no_color {
+        c.env("NO_COLOR", "1");
+    }
+    let mut child = c.spawn().expect("util-linux `script` runs the pty tests");
+    // Held open until the command ends: `script` stops at end of input.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n")
+}
+
+#[test]
+fn colour_on_a_terminal_unless_no_color() {
+    let dir = workdir(
+        "tty",
+        &[(
+            "bad.rules",
+            "rule ops.typo when status == 429 => rate_limt\n",
+        )],
+    );
+    let tty = on_a_terminal(&dir, "check --rules ops", false, "");
+    assert!(tty.contains("\x1b[1;31merror\x1b[0m"), "{tty:?}");
+    let plain = on_a_terminal(&dir, "check --rules ops", true, "");
+    assert!(
+        plain.contains("error[E002]") && !plain.contains('\x1b'),
+        "{plain:?}"
+    );
+}
+
+#[test]
+fn accept_on_a_terminal_asks_before_writing() {
+    let dir = workdir(
+        "ask",
+        &[("acme.rules", ACME_RULES), ("acme.cases.yaml", ACME_CASES)],
+    );
+    let cases = dir.join("ops/acme.cases.yaml");
+    let shown = on_a_terminal(
+        &dir,
+        "--color never test --rules ops --accept",
+        false,
+        "n\n",
+    );
+    assert!(
+        shown.contains("write 1 accepted case to 1 file? [y/N]"),
+        "{shown}"
+    );
+    assert!(shown.contains("nothing written"), "{shown}");
+    assert_eq!(std::fs::read_to_string(&cases).unwrap(), ACME_CASES);
+    let shown = on_a_terminal(
+        &dir,
+        "--color never test --rules ops --accept",
+        false,
+        "y\n",
+    );
+    assert!(shown.contains("wrote 1 accepted case to 1 file"), "{shown}");
+    assert!(std::fs::read_to_string(&cases)
+        .unwrap()
+        .contains("expect: overloaded       # the reason"));
+}

@@ -14,7 +14,8 @@ pub fn exit_codes(command: &str) -> &'static str {
         "check" => "Exit codes:\n  0  no errors (warnings too, with --deny-warnings)\n  1  the rules have errors (or warnings, with --deny-warnings)\n  2  usage errors (missing directories, bad flags)",
         "test" => "Exit codes:\n  0  every case passes, every rule in scope is decided by a case and the\n     field corpus holds; --accept/--add-from wrote what they showed\n  1  a failing case, a rule no case decides, problems in a cases file or the\n     rules, the field corpus below its floor or an unsafe stop; a case\n     --accept could not rewrite; an answer other than yes\n  2  usage errors (missing directories, bad flags; --accept or --add-from\n     with neither a terminal to confirm on nor --yes)",
         "classify" => "Exit codes:\n  0  every line classified\n  1  bad input lines (each answered with an `error` line) or rules with errors\n  2  usage errors (missing files, bad flags)",
-        "simulate" => "Exit codes:\n  0  the scenario ran (and met its `expect:`)\n  1  the scenario's expectations failed, or the rules have errors\n  2  usage errors (missing or malformed scenario, bad flags)",
+        "chain" => "Exit codes:\n  0  a chain was built\n  1  the rules have errors\n  2  usage errors: the config or the flags have errors (unknown agent,\n     malformed model, bad YAML)",
+        "simulate" => "Exit codes:\n  0  the scenario ran and every `expect:` held\n  1  an expectation did not hold (the differences are printed), or the rules\n     have errors\n  2  usage errors: the scenario cannot be run (missing file, bad YAML, bad\n     config)",
         "status" => "Exit codes:\n  0  the state was read\n  1  damaged state files (reported, the rest shown)\n  2  usage errors (missing directory, bad flags)",
         "completions" | "man" => "Exit codes:\n  0  written\n  2  usage errors (unknown shell, unwritable directory)",
         _ => "Exit codes:\n  0  success\n  1  the input has problems (rule errors, failing cases, bad lines, damaged state)\n  2  usage errors (missing files or directories, bad flags)",
@@ -27,7 +28,13 @@ pub fn command() -> clap::Command {
         .after_help(exit_codes(""))
         .mut_subcommands(|sub| {
             let codes = exit_codes(sub.get_name());
-            sub.after_help(codes)
+            // A command's own closing text (`chain`'s precedence) stays,
+            // the exit codes after it.
+            let text = match sub.get_after_help() {
+                Some(own) => format!("{own}\n\n{codes}"),
+                None => codes.to_string(),
+            };
+            sub.after_help(text)
         })
 }
 
