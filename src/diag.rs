@@ -59,6 +59,16 @@ pub enum Code {
     E015,
     /// A reason the engine itself produces is not declared.
     E016,
+    /// A golden-cases file that is not YAML a case list can be read from
+    /// (syntax, nesting deeper than 64, an alias bomb).
+    E017,
+    /// A golden case with a field no case has (`colour:`, `expected:`).
+    E018,
+    /// A golden case, or the cases file, of the wrong shape: not a list of
+    /// mappings, or a field with the wrong type of value.
+    E019,
+    /// A golden case that says neither `expect` nor `not`: it checks nothing.
+    E020,
     /// A rule that can never win: an earlier rule matches everything it matches.
     W001,
     /// A regex with no literal of 3+ bytes: it runs on every message.
@@ -67,7 +77,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in order.
-    pub const ALL: [Code; 18] = [
+    pub const ALL: [Code; 22] = [
         Code::E001,
         Code::E002,
         Code::E003,
@@ -84,6 +94,10 @@ impl Code {
         Code::E014,
         Code::E015,
         Code::E016,
+        Code::E017,
+        Code::E018,
+        Code::E019,
+        Code::E020,
         Code::W001,
         Code::W002,
     ];
@@ -106,6 +120,10 @@ impl Code {
             Code::E014 => "E014",
             Code::E015 => "E015",
             Code::E016 => "E016",
+            Code::E017 => "E017",
+            Code::E018 => "E018",
+            Code::E019 => "E019",
+            Code::E020 => "E020",
             Code::W001 => "W001",
             Code::W002 => "W002",
         }
@@ -315,6 +333,45 @@ pub fn render_all(diags: &[Diagnostic], sources: &SourceMap) -> String {
         if warnings == 1 { "" } else { "s" }
     );
     out
+}
+
+/// One diagnostic as the `--json` documents of `check` and `test` give it
+/// (`docs/json.md`): the same code, words and place as the rendering,
+/// credential-shaped words masked alike.
+pub fn to_json(d: &Diagnostic, sources: &SourceMap) -> serde_json::Value {
+    use crate::redact::redact;
+    let place = |span: Span| {
+        let f = sources.get(span.file);
+        let (end_line, end_col) = f.line_col(span.end as usize);
+        serde_json::json!({
+            "file": f.name(),
+            "line": span.line,
+            "col": span.col,
+            "end_line": end_line,
+            "end_col": end_col,
+        })
+    };
+    let mut v = place(d.span);
+    v["code"] = d.code.as_str().into();
+    v["severity"] = match d.severity() {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+    }
+    .into();
+    v["title"] = redact(&d.title).into();
+    v["label"] = redact(&d.label).into();
+    v["help"] = d.help.as_deref().map(|h| redact(h).into_owned()).into();
+    v["notes"] = d
+        .notes
+        .iter()
+        .map(|n| {
+            let mut p = place(n.span);
+            p["label"] = redact(&n.label).into();
+            p
+        })
+        .collect::<Vec<_>>()
+        .into();
+    v
 }
 
 /// Sorts diagnostics by file, then position, then code, so output is stable.

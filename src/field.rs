@@ -302,6 +302,40 @@ impl Report {
     }
 }
 
+/// The field-corpus part of `failover test --json` (`docs/json.md`).
+pub fn report_json(report: &Report) -> serde_json::Value {
+    let verdict = |v: &Verdict| {
+        serde_json::json!({
+            "file": v.file,
+            "line": v.line,
+            "expected": v.item.expected.as_slice(),
+            "actual": {"reason": v.reason, "rule": v.rule},
+        })
+    };
+    let agreement = |a: &Agreement| {
+        serde_json::json!({
+            "items": a.items,
+            "exact": a.exact,
+            "decision": a.decision,
+        })
+    };
+    serde_json::json!({
+        "passed": report.passed(),
+        "items": report.total.items,
+        "exact": report.total.exact,
+        "decision": report.total.decision,
+        "exact_pct": report.total.exact_pct(),
+        "decision_pct": report.total.decision_pct(),
+        "floor_pct": report.floor_pct,
+        "unclassified": report.unclassified,
+        "by_provider": report.by_provider.iter().map(|(k, a)| (k.clone(), agreement(a))).collect::<serde_json::Map<_, _>>(),
+        "by_reason": report.by_reason.iter().map(|(k, a)| (k.clone(), agreement(a))).collect::<serde_json::Map<_, _>>(),
+        "unsafe_stops": report.unsafe_stops().map(verdict).collect::<Vec<_>>(),
+        "unsafe_failovers": report.unsafe_failovers().map(verdict).collect::<Vec<_>>(),
+        "disagreements": report.verdicts.iter().filter(|v| !v.exact).map(verdict).collect::<Vec<_>>(),
+    })
+}
+
 /// Classifies every item of every file.
 pub fn run(engine: &Engine, files: &[FieldFile], floor_pct: f64) -> Report {
     let mut report = Report {

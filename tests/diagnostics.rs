@@ -42,6 +42,36 @@ fn broken_rules_files_render_reviewed_diagnostics() {
     });
 }
 
+/// A broken cases file (`tests/diagnostics/*.cases.yaml`): its rendered
+/// diagnostics and their codes.
+fn render_cases(path: &std::path::Path) -> (String, Vec<Code>) {
+    let name = format!(
+        "tests/diagnostics/{}",
+        path.file_name().unwrap().to_string_lossy()
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    match failover::golden::parse_cases(&name, &text) {
+        Ok(_) => (String::new(), Vec::new()),
+        Err(e) => (e.render(), e.diagnostics.iter().map(|d| d.code).collect()),
+    }
+}
+
+/// Cases-file problems are diagnostics like the rules' own: a stable
+/// code, `file:line:col`, the line with a caret, help (issue 15 item 1).
+#[test]
+fn broken_cases_files_render_reviewed_diagnostics() {
+    insta::glob!("diagnostics/*.cases.yaml", |path| {
+        let (text, codes) = render_cases(path);
+        let name = path.file_name().unwrap().to_string_lossy().to_uppercase();
+        assert!(
+            codes.iter().any(|c| name.contains(c.as_str())),
+            "{} does not produce the code its name announces: {codes:?}",
+            path.display()
+        );
+        insta::assert_snapshot!(text);
+    });
+}
+
 #[test]
 fn every_code_is_exercised_by_a_golden_file() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/diagnostics");
@@ -50,6 +80,9 @@ fn every_code_is_exercised_by_a_golden_file() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "rules") {
             seen.extend(render(&path).1.into_iter().map(|c| c.as_str()));
+        }
+        if path.to_string_lossy().ends_with(".cases.yaml") {
+            seen.extend(render_cases(&path).1.into_iter().map(|c| c.as_str()));
         }
     }
     for code in Code::ALL {

@@ -68,8 +68,15 @@ fn malformed_cases_file_names_the_file_and_line() {
         "- {message: \"a\", expect: billing, colour: red}\n",
     )
     .unwrap_err();
-    assert!(err.starts_with("x.cases.yaml:1:"), "{err}");
-    assert!(err.contains("colour"), "{err}");
-    let err = parse_cases("y.cases.yaml", "- {message: \"a\"}\n").unwrap_err();
-    assert!(err.contains("neither `expect` nor `not`"), "{err}");
+    let shown = err.render();
+    assert!(
+        shown.starts_with("error[E018]: unknown field `colour`"),
+        "{shown}"
+    );
+    assert!(shown.contains(" --> x.cases.yaml:1:35"), "{shown}");
+    let shown = parse_cases("y.cases.yaml", "- {message: \"a\"}\n")
+        .unwrap_err()
+        .render();
+    assert!(shown.contains("error[E020]"), "{shown}");
+    assert!(shown.contains("neither `expect` nor `not`"), "{shown}");
 }

@@ -1,5 +1,8 @@
 //! Property test: random and mutated rule text never panics the parser or
 //! the compiler; every input yields a ruleset or error diagnostics.
+//!
+//! `cargo test` tries 32 inputs per property; `FAILOVER_DEEP=1` (CI sets
+//! it) tries 256.
 
 use failover::load::{build_layers, DEFAULT_RULES};
 use proptest::prelude::*;
@@ -109,8 +112,16 @@ fn mutated_defaults() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
+fn cases() -> u32 {
+    if std::env::var_os("FAILOVER_DEEP").is_some_and(|v| !v.is_empty() && v != "0") {
+        256
+    } else {
+        32
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), .. ProptestConfig::default() })]
 
     #[test]
     fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..400)) {

@@ -27,10 +27,7 @@ Which selection wins when several are given (first that applies):
 With --image the chain starts from agents.defaults.imageModel instead.
 Which fallbacks each source may use comes from the `selection` declarations
 of the rules (SPEC R3); the default ruleset makes user, legacy and CLI
-overrides strict.
-
-Exit codes: 0 a chain was built, 1 the rules have errors, 2 the config or
-the flags have errors (unknown agent, malformed model, bad YAML).";
+overrides strict.";
 
 #[derive(Args, Debug)]
 #[command(after_help = PRECEDENCE)]

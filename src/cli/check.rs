@@ -17,12 +17,43 @@ pub struct CheckArgs {
     /// provider/code/type/status tables, or every message).
     #[arg(long)]
     pub plan: bool,
+    /// Print one JSON document (schema `failover.check/1`, docs/json.md)
+    /// instead of the rendered diagnostics.
+    #[arg(long, conflicts_with = "plan")]
+    pub json: bool,
 }
+
+/// The version of the `failover check --json` document (`schema`); bumped
+/// only when a field changes meaning or goes away (new fields may appear).
+pub const CHECK_JSON_SCHEMA: &str = "failover.check/1";
 
 pub fn run(args: &CheckArgs) -> CmdResult {
     let mut build = load::build(&args.rules.dirs, !args.rules.no_defaults)?;
     let errors = build.diagnostics.iter().filter(|d| d.is_error()).count();
     let warnings = build.diagnostics.len() - errors;
+    let failed = errors > 0 || (args.deny_warnings && warnings > 0);
+    if args.json {
+        let (rules, reasons) = build
+            .ruleset
+            .as_ref()
+            .map_or((0, 0), |r| (r.rules.len(), r.reasons.len()));
+        let doc = serde_json::json!({
+            "schema": CHECK_JSON_SCHEMA,
+            "ok": !failed,
+            "files": build.sources.len(),
+            "rules": rules,
+            "reasons": reasons,
+            "errors": errors,
+            "warnings": warnings,
+            "diagnostics": build
+                .diagnostics
+                .iter()
+                .map(|d| crate::diag::to_json(d, &build.sources))
+                .collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        return Ok(i32::from(failed));
+    }
     if build.diagnostics.is_empty() {
         let (rules, reasons) = build
             .ruleset
@@ -38,7 +69,10 @@ pub fn run(args: &CheckArgs) -> CmdResult {
             plural(reasons)
         );
     } else {
-        print!("{}", render_all(&build.diagnostics, &build.sources));
+        print!(
+            "{}",
+            super::paint_diagnostics_to(&render_all(&build.diagnostics, &build.sources), false)
+        );
     }
     if args.plan {
         if let Some(rs) = build.ruleset.as_mut() {
@@ -52,11 +86,7 @@ pub fn run(args: &CheckArgs) -> CmdResult {
             );
         }
     }
-    Ok(if errors > 0 || (args.deny_warnings && warnings > 0) {
-        1
-    } else {
-        0
-    })
+    Ok(i32::from(failed))
 }
 
 pub(crate) fn plural(n: usize) -> &'static str {

@@ -12,12 +12,8 @@ use crate::load::{plain_io, read_regular_text, too_large, UsageError};
 use crate::syntax::fmt::{format_str, FmtError};
 use crate::syntax::{display_name, MAX_FILE_BYTES};
 
+// Its exit codes are written with every command's, in `manual::exit_codes`.
 #[derive(Args, Debug)]
-#[command(
-    after_help = "Exit codes: 0 formatted (or, with --check, already formatted); \
-1 a file would change (--check), does not parse, or could not be formatted; \
-2 a path is missing or unreadable."
-)]
 pub struct FmtArgs {
     /// Write nothing: print each file that would change, with a diff, and
     /// exit 1 if any would.

@@ -6,8 +6,7 @@ use super::CmdResult;
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Speaks the Language Server Protocol on stdin/stdout; an editor starts it. \
-Exit codes: 0 after the client's `shutdown` and `exit`; 1 if the connection failed."
+    after_help = "Speaks the Language Server Protocol on stdin/stdout; an editor starts it."
 )]
 pub struct LspArgs {
     /// Accepted for editors that pass it (VS Code's language client does);

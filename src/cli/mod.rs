@@ -8,11 +8,15 @@ mod check;
 pub mod classify;
 mod fmt;
 mod lsp;
+mod manual;
 mod serve;
 mod simulate;
 mod state;
 mod status;
+mod term;
 mod test;
+
+pub(crate) use term::{paint_diagnostics, paint_diagnostics_to, paint_diff, paint_report};
 
 use std::path::PathBuf;
 
@@ -27,6 +31,10 @@ use crate::load::{self, UsageError};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Colour: `auto` (on a terminal, unless `NO_COLOR` is set), `always`,
+    /// `never`.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = term::ColorWhen::Auto)]
+    color: term::ColorWhen,
 }
 
 #[derive(Subcommand, Debug)]
@@ -51,6 +59,10 @@ enum Command {
     Lsp(lsp::LspArgs),
     /// Export or import an agent's routing state and sessions (move them between backends).
     State(state::StateArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(manual::CompletionsArgs),
+    /// Print the man page (generated from this command line's definition).
+    Man(manual::ManArgs),
 }
 
 /// `--rules DIR` (repeatable) and `--no-defaults`, shared by the commands
@@ -68,7 +80,16 @@ pub struct RulesArgs {
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+    use clap::FromArgMatches;
+    // `--color` decides clap's own colour too, so it is looked at first.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let when = term_choice(&args);
+    term::set_color(when);
+    let parsed = manual::command()
+        .color(term::clap_choice(when))
+        .try_get_matches_from(args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
@@ -87,6 +108,8 @@ pub fn main() -> i32 {
         Command::Fmt(args) => fmt::run(&args),
         Command::Lsp(args) => lsp::run(&args),
         Command::State(args) => state::run(&args),
+        Command::Completions(args) => manual::completions(&args),
+        Command::Man(args) => manual::man(&args),
     };
     match result {
         Ok(code) => code,
@@ -95,6 +118,27 @@ pub fn main() -> i32 {
             2
         }
     }
+}
+
+/// The `--color` of a command line, read before clap parses it.
+fn term_choice(args: &[std::ffi::OsString]) -> term::ColorWhen {
+    use clap::ValueEnum;
+    let mut when = term::ColorWhen::Auto;
+    let mut it = args.iter().filter_map(|a| a.to_str());
+    while let Some(a) = it.next() {
+        if a == "--" {
+            break;
+        }
+        let value = match a.strip_prefix("--color") {
+            Some("") => it.next(),
+            Some(v) => v.strip_prefix('='),
+            None => None,
+        };
+        if let Some(w) = value.and_then(|v| term::ColorWhen::from_str(v, false).ok()) {
+            when = w;
+        }
+    }
+    when
 }
 
 /// The result of a command: an exit code, or a usage error (exit 2).
@@ -108,7 +152,7 @@ pub fn load_engine(rules: &RulesArgs) -> Result<Result<Engine, i32>, UsageError>
     match Engine::from_build(build) {
         Ok(engine) => Ok(Ok(engine)),
         Err((sources, diags)) => {
-            eprint!("{}", render_all(&diags, &sources));
+            eprint!("{}", paint_diagnostics(&render_all(&diags, &sources)));
             eprintln!("error: the rules have errors; run `failover check` for details");
             Ok(Err(1))
         }

@@ -10,13 +10,7 @@ use super::{load_engine, CmdResult, RulesArgs};
 use crate::load::UsageError;
 use crate::run::scenario::{render, simulate_file, to_json};
 
-const AFTER: &str = "\
-Exit codes: 0 the scenario ran and every `expect:` held, 1 an expectation
-did not hold (the differences are printed), 2 the scenario cannot be run
-(missing file, bad YAML, bad config).";
-
 #[derive(Args, Debug)]
-#[command(after_help = AFTER)]
 pub struct SimulateArgs {
     /// The scenario file (YAML).
     pub scenario: PathBuf,
