@@ -5,9 +5,7 @@ use clap::Args;
 use super::CmdResult;
 
 #[derive(Args, Debug)]
-#[command(
-    after_help = "Speaks the Language Server Protocol on stdin/stdout; an editor starts it."
-)]
+#[command(after_help = "Speaks the Language Server Protocol on stdin/stdout; an editor starts it.")]
 pub struct LspArgs {
     /// Accepted for editors that pass it (VS Code's language client does);
     /// stdio is the only transport.
