@@ -626,7 +626,7 @@ async fn run(
                     Answer::Whole(b) => {
                         let v: Value = serde_json::from_slice(&b).map_err(|_| {
                             AttemptError::Provider(ProviderFailure::message(
-                                "upstream answered with a body that is not a JSON object",
+                                upstream::NOT_AN_OBJECT,
                             ))
                         })?;
                         let out = translate::response(up_proto, req.protocol, v);

@@ -328,11 +328,13 @@ pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
         Ok(Answer::Whole(Bytes::from(bytes)))
     } else {
         Err(AttemptError::Provider(
-            ProviderFailure::message("upstream answered with a body that is not a JSON object")
-                .with_status(status),
+            ProviderFailure::message(NOT_AN_OBJECT).with_status(status),
         ))
     }
 }
+
+/// The failure of a 2xx whose body is not one JSON object.
+pub const NOT_AN_OBJECT: &str = "upstream answered with a body that is not a JSON object";
 
 /// Whether `bytes` are one well-formed JSON object (surrounding white space
 /// allowed), checked without building a tree.
