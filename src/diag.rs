@@ -22,7 +22,7 @@ pub const MAX_COLUMN: usize = 100;
 
 use std::fmt::Write as _;
 
-use crate::syntax::{SourceMap, Span};
+use crate::source::{SourceMap, Span, Unreadable, MAX_FILE_BYTES};
 
 /// A stable diagnostic code. Never renumber; retire a code instead of reusing it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -174,6 +174,26 @@ impl Diagnostic {
         }
     }
 
+    /// The E014 diagnostic of a file that cannot be parsed.
+    pub fn unreadable(problem: Unreadable) -> Self {
+        match problem {
+            Unreadable::TooLarge { at, size } => Diagnostic::new(
+                Code::E014,
+                at,
+                format!(
+                    "rules file is too large ({:.1} MB; the limit is {} MB)",
+                    size as f64 / 1e6,
+                    MAX_FILE_BYTES / (1024 * 1024)
+                ),
+            )
+            .label("file starts here")
+            .help("split the rules into several files, or check that this is really a rules file"),
+            Unreadable::NotUtf8 { at } => Diagnostic::new(Code::E014, at, "rules file is not valid UTF-8")
+                .label("this byte is not UTF-8 text")
+                .help("save the file as UTF-8; non-ASCII text in strings is fine once encoded as UTF-8"),
+        }
+    }
+
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.label = label.into();
         self
@@ -313,6 +333,57 @@ fn render_snippet(out: &mut String, sources: &SourceMap, span: Span, label: &str
         let _ = writeln!(out, "{pad} | {lead}{carets} {label}");
     }
 }
+
+/// Diagnostics together with the sources they point into: what a failed
+/// build of the rules returns ([`crate::errors::RulesError::Invalid`]).
+/// `Display` renders them all, rustc-style, with a count at the end.
+#[derive(Debug)]
+pub struct Diagnostics {
+    sources: SourceMap,
+    list: Vec<Diagnostic>,
+}
+
+impl Diagnostics {
+    /// Diagnostics over `sources` (sorted by file and position).
+    pub fn new(sources: SourceMap, mut list: Vec<Diagnostic>) -> Self {
+        sort(&mut list);
+        Diagnostics { sources, list }
+    }
+
+    /// Every diagnostic, errors and warnings, by file and position.
+    pub fn as_slice(&self) -> &[Diagnostic] {
+        &self.list
+    }
+
+    /// The files the spans point into.
+    pub fn sources(&self) -> &SourceMap {
+        &self.sources
+    }
+
+    /// How many are errors (the rest are warnings).
+    pub fn error_count(&self) -> usize {
+        self.list.iter().filter(|d| d.is_error()).count()
+    }
+
+    /// All of them rendered, followed by the one-line count (what
+    /// `failover check` prints).
+    pub fn render(&self) -> String {
+        render_all(&self.list, &self.sources)
+    }
+
+    /// The sources and the list, to take apart.
+    pub fn into_parts(self) -> (SourceMap, Vec<Diagnostic>) {
+        (self.sources, self.list)
+    }
+}
+
+impl std::fmt::Display for Diagnostics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.render().trim_end())
+    }
+}
+
+impl std::error::Error for Diagnostics {}
 
 /// Renders a batch of diagnostics followed by a one-line count, the way
 /// `failover check` prints them.

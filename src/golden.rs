@@ -706,7 +706,7 @@ pub fn run_scoped(engine: &Engine, files: &[CaseFile], scope: Scope) -> Report {
             }
             let explain = (!ok).then(|| {
                 let (c, ex) = engine.explain(&case.input());
-                crate::cli::classify::render_explanation(engine, &c, &ex)
+                crate::classify::render_explanation(engine, &c, &ex)
             });
             let at = file.spans.get(i);
             outcomes.push(Outcome {

@@ -1,12 +1,11 @@
 //! failover: a policy engine for LLM model failover.
 //!
 //! Operators describe what a provider error *means* and which selections may
-//! fall back in `.rules` files; the engine compiles them into one matcher.
-//! Read the stages in pipeline order: [`syntax`] → [`compile`] →
-//! [`classify`] → [`policy`] (with [`config`]) → [`auth`] → [`store`] →
-//! [`run`]; [`serve`] is the HTTP gateway around them. [`load`] finds rules files (embedded defaults, operator
-//! directories); [`diag`] renders problems; [`golden`] runs golden cases;
-//! [`cli`] is the thin command line.
+//! fall back in `.rules` files; the engine compiles them into one matcher
+//! ([`Engine`]). A [`Runner`] walks a run's candidate chain (profile
+//! rotation, cooldowns, billing disables, probes, session overrides) and
+//! asks the engine what every failure means; its state lives in a
+//! [`Store`] ([`FileStore`], `SqliteStore`, `RedisStore`, or your own).
 //!
 //! ```
 //! use failover::{Engine, ProviderError};
@@ -20,23 +19,128 @@
 //! assert_eq!((c.reason, c.rule), ("billing", Some("billing.openrouter.key_limit")));
 //! assert!(c.failover);
 //! ```
+//!
+//! Operator rules are loaded with [`Rules`]; every problem in them is a
+//! [`Diagnostic`](errors::Diagnostic) with a stable code and a position:
+//!
+//! ```
+//! # fn main() -> Result<(), failover::errors::RulesError> {
+//! let engine = failover::Rules::new()
+//!     .source("ops.rules", "rule billing.ops when status == 402 => billing")
+//!     .build()?;
+//! assert_eq!(engine.classify(&failover::ProviderError::message("Payment required").with_status(402)).reason, "billing");
+//! # Ok(()) }
+//! ```
+//!
+//! The public face is this page: the types re-exported here, [`errors`],
+//! [`stream`] (the JSONL contract of `failover classify`), [`store`] and,
+//! with the `serve` feature, [`gateway`]. `ARCHITECTURE.md` walks through
+//! the stages behind it; `docs/tracing.md` lists the events a run emits.
+//!
+//! # Features
+//!
+//! - `cli` (default): the `failover` command line; turns on `serve`.
+//! - `serve`: the OpenAI/Anthropic-compatible HTTP gateway; turns on
+//!   `sqlite` and `redis`.
+//! - `sqlite`: [`store::SqliteStore`], the embedded state database.
+//! - `redis`: [`store::RedisStore`], state shared by several replicas.
+//! - `test-util`: hooks for this crate's own tests; not for production.
 
-pub mod auth;
-pub mod classify;
+#![warn(missing_docs)]
+
+/// Declares a stage module: private, or public (and hidden from the docs)
+/// with `test-util`, so the crate's own integration tests can reach the
+/// internals without them being part of the public API.
+macro_rules! stage {
+    ($(#[$m:meta])* $name:ident) => {
+        $(#[$m])*
+        #[cfg(feature = "test-util")]
+        #[doc(hidden)]
+        #[allow(missing_docs)]
+        pub mod $name;
+        $(#[$m])*
+        #[cfg(not(feature = "test-util"))]
+        mod $name;
+    };
+}
+
+// The stages, in the order data flows (ARCHITECTURE.md): each may import
+// only from the ones above it.
+stage!(redact);
+stage!(yaml);
+stage!(source);
+stage!(syntax);
+stage!(diag);
+stage!(compile);
+stage!(classify);
+stage!(load);
+stage!(config);
+stage!(policy);
+stage!(auth);
+stage!(store);
+stage!(run);
+stage!(golden);
+stage!(field);
+stage!(
+    #[cfg(feature = "serve")]
+    serve
+);
+#[cfg(feature = "cli")]
+mod lsp;
+
+/// The `failover` command line (the binary's `main`); not a library API.
+#[cfg(feature = "cli")]
+#[doc(hidden)]
 pub mod cli;
-pub mod compile;
-pub mod config;
-pub mod diag;
-pub mod field;
-pub mod golden;
-pub mod load;
-pub mod lsp;
-pub mod policy;
-pub mod redact;
-pub mod run;
-pub mod serve;
-pub mod store;
-pub mod syntax;
-pub mod yaml;
 
-pub use classify::{Body, Classification, Engine, ProviderError};
+pub mod errors;
+
+pub use classify::{Body, Classification, Engine, Explanation, ProviderError, Rules, Scratch};
+
+pub use config::{Format, GatewayConfig};
+pub use policy::ModelRef;
+
+pub use auth::CooldownPolicy;
+pub use run::{
+    Attempt, AttemptError, AttemptOutcome, AttemptRecord, Decision, DecisionKind,
+    FallbackSummaryError, Notice, ProviderFailure, RunError, RunOutput, RunRequest, Runner,
+    StepOutcome, SurfacedError,
+};
+pub use store::{AsyncStore, Store};
+
+/// Time, injected: the wall clock a run reads and the sleeper it waits
+/// on. Tests use [`ManualClock`](time::ManualClock) and
+/// [`VirtualSleeper`](time::VirtualSleeper) on paused tokio time.
+pub mod time {
+    pub use crate::run::{Sleep, Sleeper, TokioClock, TokioSleeper, VirtualSleeper};
+    pub use crate::store::{Clock, ManualClock, SystemClock};
+}
+
+/// State backends: where the routing state (usage stats, cooldowns,
+/// disables, `lastGood`, `order`) and the session overrides live, beside
+/// the secrets in `auth-profiles.json` (SPEC R5). Every backend
+/// implements both [`Store`](crate::Store) (whole documents) and
+/// [`AsyncStore`](crate::AsyncStore) (per-record updates).
+pub mod state {
+    pub use crate::run::MemoryStore;
+    #[cfg(feature = "redis")]
+    pub use crate::store::RedisStore;
+    #[cfg(feature = "sqlite")]
+    pub use crate::store::SqliteStore;
+    pub use crate::store::{
+        AuthProfiles, AuthState, Credential, CredentialKind, FileStore, Profile, SessionEntry,
+        SessionStore, UsageStats,
+    };
+}
+
+/// The JSONL stream of `failover classify`: one provider error per input
+/// line, one decision per output line, in order (README, "The JSONL
+/// contract of `classify`").
+pub mod stream {}
+
+/// The HTTP gateway behind `failover serve`, to run inside your own
+/// process.
+#[cfg(feature = "serve")]
+pub mod gateway {
+    pub use crate::serve::{start, Gateway, Options, Running};
+}

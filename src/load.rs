@@ -10,6 +10,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::compile::{self, Build, Layer, Lints};
+use crate::diag::Diagnostic;
 pub use crate::diag::bytes_shown;
 use crate::syntax::{display_name, SourceMap, MAX_FILE_BYTES};
 
@@ -361,37 +362,41 @@ pub fn build_unlinted(dirs: &[PathBuf], with_defaults: bool) -> Result<Build, Us
 }
 
 fn build_with(dirs: &[PathBuf], with_defaults: bool, lints: Lints) -> Result<Build, UsageError> {
-    let mut layers = Vec::new();
-    for dir in dirs {
-        let paths = files_with_suffix(dir, ".rules")?;
-        if paths.is_empty() {
-            return Err(UsageError(format!(
-                "`{}` holds no `.rules` files (looked recursively)",
-                display_name(dir)
-            )));
-        }
-        let mut files = Vec::new();
-        for path in paths {
-            // A file over the limit is an E014 diagnostic, like a file
-            // that is not UTF-8; it is never read.
-            let bytes = match read_regular(&path, MAX_FILE_BYTES as u64) {
-                Ok(bytes) => RulesBytes::Read(bytes),
-                Err(e) if too_large(&e).is_some() => {
-                    RulesBytes::TooLarge(too_large(&e).map_or(0, |t| t.size))
-                }
-                Err(e) => {
-                    return Err(UsageError(format!(
-                        "cannot read `{}`: {}",
-                        display_name(&path),
-                        plain_io(&e)
-                    )))
-                }
-            };
-            files.push((display_name(&path), bytes));
-        }
-        layers.push((display_name(dir), files));
-    }
+    let layers = dirs.iter().map(|d| read_layer(d)).collect::<Result<_, _>>()?;
     Ok(build_layers_with(layers, with_defaults, lints))
+}
+
+/// Reads one operator directory: every `.rules` file in it, recursively,
+/// in path order, as a layer named after the directory. A file over
+/// [`MAX_FILE_BYTES`] is not read (it becomes an E014 diagnostic).
+pub fn read_layer(dir: &Path) -> Result<OperatorLayer<RulesBytes>, UsageError> {
+    let paths = files_with_suffix(dir, ".rules")?;
+    if paths.is_empty() {
+        return Err(UsageError(format!(
+            "`{}` holds no `.rules` files (looked recursively)",
+            display_name(dir)
+        )));
+    }
+    let mut files = Vec::new();
+    for path in paths {
+        // A file over the limit is an E014 diagnostic, like a file
+        // that is not UTF-8; it is never read.
+        let bytes = match read_regular(&path, MAX_FILE_BYTES as u64) {
+            Ok(bytes) => RulesBytes::Read(bytes),
+            Err(e) if too_large(&e).is_some() => {
+                RulesBytes::TooLarge(too_large(&e).map_or(0, |t| t.size))
+            }
+            Err(e) => {
+                return Err(UsageError(format!(
+                    "cannot read `{}`: {}",
+                    display_name(&path),
+                    plain_io(&e)
+                )))
+            }
+        };
+        files.push((display_name(&path), bytes));
+    }
+    Ok((display_name(dir), files))
 }
 
 /// An operator layer in memory: its name and its files as (name, bytes).
@@ -420,7 +425,7 @@ pub fn build_layers<B: Into<RulesBytes>>(
     build_layers_with(operator, with_defaults, Lints::Run)
 }
 
-fn build_layers_with<B: Into<RulesBytes>>(
+pub(crate) fn build_layers_with<B: Into<RulesBytes>>(
     operator: Vec<OperatorLayer<B>>,
     with_defaults: bool,
     lints: Lints,
@@ -433,9 +438,12 @@ fn build_layers_with<B: Into<RulesBytes>>(
         for (file, bytes) in files {
             let (id, diag) = match bytes.into() {
                 RulesBytes::Read(bytes) => sources.add_bytes(file, bytes),
-                RulesBytes::TooLarge(size) => sources.add_too_large(file, size),
+                RulesBytes::TooLarge(size) => {
+                    let (id, problem) = sources.add_too_large(file, size);
+                    (id, Some(problem))
+                }
             };
-            early.extend(diag);
+            early.extend(diag.map(Diagnostic::unreadable));
             ids.push(id);
         }
         layers.push(Layer {

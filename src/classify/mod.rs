@@ -34,7 +34,9 @@
 //! status 402, in rule order; the first that verifies is the temporary-402
 //! rule → `rate_limit` (SPEC R8.3).
 
+mod explain;
 pub mod input;
+mod rules;
 
 use std::cell::RefCell;
 
@@ -42,9 +44,11 @@ use serde_json::Value;
 
 use crate::compile::plan::{Plan, RuleIdx};
 use crate::compile::{Build, Expr, ReasonBehaviour, ReasonId, Ruleset, TextField, TextTest};
-use crate::diag::Diagnostic;
+use crate::diag::{Diagnostic, Diagnostics};
 use crate::syntax::SourceMap;
 pub use input::{Body, ProviderError};
+pub use explain::render_explanation;
+pub use rules::{Rules, RulesError};
 
 /// Only the first 1 MiB of a message is examined: provider errors are short,
 /// and a multi-megabyte "message" is an echoed prompt whose tail cannot
@@ -143,20 +147,15 @@ impl Engine {
     /// failure here is a build defect.
     pub fn builtin() -> Engine {
         let build = crate::load::build_unlinted(&[], true).expect("embedded rules need no files");
-        Engine::from_build(build).unwrap_or_else(|(sources, diags)| {
-            panic!(
-                "the embedded default ruleset does not compile:\n{}",
-                crate::diag::render_all(&diags, &sources)
-            )
-        })
+        Engine::from_build(build)
+            .unwrap_or_else(|d| panic!("the embedded default ruleset does not compile:\n{d}"))
     }
 
     /// Builds an engine from a compile result; on errors, returns the
-    /// sources and diagnostics for rendering.
-    pub fn from_build(build: Build) -> Result<Engine, (SourceMap, Vec<Diagnostic>)> {
-        match build.ruleset {
-            Some(mut ruleset) => {
-                let plan = Plan::build(&mut ruleset.rules);
+    /// diagnostics with their sources.
+    pub fn from_build(build: Build) -> Result<Engine, Diagnostics> {
+        match (build.ruleset, build.plan) {
+            (Some(ruleset), Some(plan)) => {
                 let needs_body_text = ruleset.rules.iter().any(|r| reads_body(&r.cond, false));
                 let needs_body_tree = ruleset.rules.iter().any(|r| reads_body(&r.cond, true));
                 Ok(Engine {
@@ -168,7 +167,7 @@ impl Engine {
                     warnings: build.diagnostics,
                 })
             }
-            None => Err((build.sources, build.diagnostics)),
+            _ => Err(Diagnostics::new(build.sources, build.diagnostics)),
         }
     }
 
@@ -687,7 +686,7 @@ mod tests {
         };
         let build = crate::compile::compile(sources, vec![layer], Vec::new());
         Engine::from_build(build)
-            .unwrap_or_else(|(s, d)| panic!("{}", crate::diag::render_all(&d, &s)))
+            .unwrap_or_else(|d| panic!("{d}"))
     }
 
     #[test]

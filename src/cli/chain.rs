@@ -80,17 +80,14 @@ pub fn run(args: &ChainArgs) -> CmdResult {
         None if build.diagnostics.is_empty() => {
             return Err(UsageError(
                 "no rules to take the selection policy from: `--no-defaults` needs at least one `--rules` directory".into(),
-            ));
+            ).into());
         }
         _ => {
             eprint!("{}", render_all(&build.diagnostics, &build.sources));
             return Ok(1);
         }
     };
-    let config = match super::load_config(&args.config) {
-        Ok(c) => c,
-        Err(code) => return Ok(code),
-    };
+    let config = super::load_config(&args.config)?;
     for note in precedence_notes(args) {
         eprintln!("note: {note}");
     }

@@ -28,7 +28,7 @@ pub struct CheckArgs {
 pub const CHECK_JSON_SCHEMA: &str = "failover.check/1";
 
 pub fn run(args: &CheckArgs) -> CmdResult {
-    let mut build = load::build(&args.rules.dirs, !args.rules.no_defaults)?;
+    let build = load::build(&args.rules.dirs, !args.rules.no_defaults)?;
     let errors = build.diagnostics.iter().filter(|d| d.is_error()).count();
     let warnings = build.diagnostics.len() - errors;
     let failed = errors > 0 || (args.deny_warnings && warnings > 0);
@@ -75,15 +75,9 @@ pub fn run(args: &CheckArgs) -> CmdResult {
         );
     }
     if args.plan {
-        if let Some(rs) = build.ruleset.as_mut() {
+        if let (Some(rs), Some(plan)) = (&build.ruleset, &build.plan) {
             println!();
-            print!(
-                "{}",
-                crate::compile::plan::render(
-                    &crate::compile::Plan::build(&mut rs.rules),
-                    &rs.rules
-                )
-            );
+            print!("{}", crate::compile::plan::render(plan, &rs.rules));
         }
     }
     Ok(i32::from(failed))

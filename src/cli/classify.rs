@@ -20,7 +20,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::{load_engine, CmdResult, RulesArgs};
-use crate::classify::{Body, Classification, Engine, Explanation, ProviderError, Scratch};
+use crate::classify::{render_explanation, Body, Classification, Engine, ProviderError, Scratch};
 use crate::load::{plain_io, UsageError};
 use crate::syntax::display_name;
 
@@ -71,10 +71,7 @@ const SUMMARY_MIN_LINES: u64 = 1000;
 const PROGRESS_AFTER: Duration = Duration::from_secs(2);
 
 pub fn run(args: &ClassifyArgs) -> CmdResult {
-    let engine = match load_engine(&args.rules)? {
-        Ok(engine) => engine,
-        Err(code) => return Ok(code),
-    };
+    let engine = load_engine(&args.rules)?;
     let single = args.message.is_some()
         || args.status.is_some()
         || args.body.is_some()
@@ -83,7 +80,8 @@ pub fn run(args: &ClassifyArgs) -> CmdResult {
         if args.input.is_some() {
             return Err(UsageError(
                 "give either a FILE or `--message`/`--status`/`--body`, not both".into(),
-            ));
+            )
+            .into());
         }
         return Ok(classify_one(&engine, args));
     }
@@ -113,7 +111,8 @@ pub fn run(args: &ClassifyArgs) -> CmdResult {
             return Err(UsageError(format!(
                 "cannot read input or write output: {}",
                 plain_io(&e)
-            )))
+            ))
+            .into())
         }
     };
     if !args.quiet && (args.summary || stats.lines >= SUMMARY_MIN_LINES) {
@@ -147,94 +146,6 @@ fn classify_one(engine: &Engine, args: &ClassifyArgs) -> i32 {
         let _ = writeln!(out);
     }
     0
-}
-
-/// The comment block written just above a rule (its meaning, SPEC ids and
-/// sources), without the `#`s; blank lines end it.
-fn rule_comment(file: &crate::syntax::SourceFile, rule_line: u32) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut n = rule_line;
-    while n > 1 {
-        n -= 1;
-        let text = file.line_text(n).trim();
-        match text.strip_prefix('#') {
-            // A comment line that may hold a pasted key is not echoed
-            // (issue 16: one redaction for every quoted source line).
-            Some(_) if crate::redact::may_hold_secret(text) => {
-                lines.push("# (line not shown: it may hold a secret)".into())
-            }
-            Some(c) if !text.starts_with("# ──") => lines.push(format!("# {}", c.trim())),
-            _ => break,
-        }
-    }
-    lines.reverse();
-    lines
-}
-
-/// A readable account of one classification.
-pub fn render_explanation(engine: &Engine, c: &Classification, ex: &Explanation) -> String {
-    use std::fmt::Write as _;
-    let rs = engine.ruleset();
-    let sources = engine.sources();
-    let mut out = String::new();
-    let _ = writeln!(out, "reason:   {} (failover: {})", c.reason, c.failover);
-    match c.rule_index {
-        Some(i) => {
-            let r = &rs.rules[i as usize];
-            let _ = writeln!(out, "rule:     {} at {}", r.id, sources.location(r.span));
-            for line in rule_comment(sources.get(r.span.file), r.span.line) {
-                let _ = writeln!(out, "          {line}");
-            }
-        }
-        None => {
-            let _ = writeln!(
-                out,
-                "rule:     none matched (the engine's `{}` label)",
-                c.reason
-            );
-        }
-    }
-    let _ = writeln!(out, "behaviour: {}", c.behaviour);
-    let _ = writeln!(
-        out,
-        "inputs:   status={} code={} type={}",
-        ex.status.map_or("-".into(), |s| s.to_string()),
-        ex.code.as_deref().unwrap_or("-"),
-        ex.error_type.as_deref().unwrap_or("-")
-    );
-    let _ = writeln!(out, "message:  {:?}", preview(&ex.message, 200));
-    let atoms: Vec<String> = ex.atoms_hit.iter().map(|a| format!("{a:?}")).collect();
-    let _ = writeln!(
-        out,
-        "atoms hit: {}",
-        if atoms.is_empty() {
-            "none".into()
-        } else {
-            atoms.join(", ")
-        }
-    );
-    let _ = writeln!(out, "rules verified ({}):", ex.verified.len());
-    for (idx, holds) in &ex.verified {
-        let r = &rs.rules[*idx as usize];
-        let _ = writeln!(
-            out,
-            "  {} {:<44} {}",
-            if *holds { "✓" } else { "✗" },
-            r.id,
-            sources.location(r.span)
-        );
-    }
-    out
-}
-
-fn preview(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(max).collect();
-        t.push('…');
-        t
-    }
 }
 
 /// One input line. Strings are borrowed from the line when they hold no

@@ -63,10 +63,7 @@ pub fn run(args: &FmtArgs) -> CmdResult {
                 continue;
             }
             Err(e) => {
-                return Err(UsageError(format!(
-                    "cannot read `{name}`: {}",
-                    plain_io(&e)
-                )))
+                return Err(UsageError(format!("cannot read `{name}`: {}", plain_io(&e))).into())
             }
         };
         let out = match format_str(&name, &text) {

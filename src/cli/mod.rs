@@ -23,7 +23,6 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::classify::Engine;
-use crate::diag::render_all;
 use crate::load::{self, UsageError};
 
 #[derive(Parser, Debug)]
@@ -113,10 +112,11 @@ pub fn main() -> i32 {
     };
     match result {
         Ok(code) => code,
-        Err(e) => {
+        Err(Stop::Usage(e)) => {
             eprintln!("error: {e}");
             2
         }
+        Err(Stop::Reported(code)) => code,
     }
 }
 
@@ -141,33 +141,47 @@ fn term_choice(args: &[std::ffi::OsString]) -> term::ColorWhen {
     when
 }
 
-/// The result of a command: an exit code, or a usage error (exit 2).
-pub type CmdResult = Result<i32, UsageError>;
+/// Why a command stopped before its normal end.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    /// A problem with the command line's inputs: printed by `main` as
+    /// `error: …`, exit code 2.
+    Usage(UsageError),
+    /// The problems were already printed (diagnostics, config problems);
+    /// exit with this code.
+    Reported(i32),
+}
 
-/// Loads the ruleset for a command. Rules with errors print their
-/// diagnostics to stderr and yield exit code 1 (`Ok(Err(1))`).
-pub fn load_engine(rules: &RulesArgs) -> Result<Result<Engine, i32>, UsageError> {
-    // Warnings are `check`'s to show: the lints are not run here.
-    let build = load::build_unlinted(&rules.dirs, !rules.no_defaults)?;
-    match Engine::from_build(build) {
-        Ok(engine) => Ok(Ok(engine)),
-        Err((sources, diags)) => {
-            eprint!("{}", paint_diagnostics(&render_all(&diags, &sources)));
-            eprintln!("error: the rules have errors; run `failover check` for details");
-            Ok(Err(1))
-        }
+impl From<UsageError> for Stop {
+    fn from(e: UsageError) -> Self {
+        Stop::Usage(e)
     }
 }
 
+/// The result of a command: its exit code, or why it stopped.
+pub(crate) type CmdResult = Result<i32, Stop>;
+
+/// Loads the ruleset for a command. Rules with errors print their
+/// diagnostics to stderr and stop the command with exit code 1.
+pub(crate) fn load_engine(rules: &RulesArgs) -> Result<Engine, Stop> {
+    // Warnings are `check`'s to show: the lints are not run here.
+    let build = load::build_unlinted(&rules.dirs, !rules.no_defaults)?;
+    Engine::from_build(build).map_err(|d| {
+        eprint!("{}", paint_diagnostics(&d.render()));
+        eprintln!("error: the rules have errors; run `failover check` for details");
+        Stop::Reported(1)
+    })
+}
+
 /// Loads the gateway config of a command: its warnings go to stderr; when
-/// it cannot be used, the problems go to stderr and `Err` holds the exit
-/// code (2).
-pub fn load_config(path: &std::path::Path) -> Result<crate::config::GatewayConfig, i32> {
+/// it cannot be used, the problems go to stderr and the command stops with
+/// exit code 2.
+pub(crate) fn load_config(path: &std::path::Path) -> Result<crate::config::GatewayConfig, Stop> {
     let loaded = match crate::config::GatewayConfig::load(path) {
         Ok(c) => c,
         Err(e) => {
             eprint!("{e}");
-            return Err(2);
+            return Err(Stop::Reported(2));
         }
     };
     if !loaded.warnings.is_empty() {

@@ -33,13 +33,15 @@ pub fn run(args: &ServeArgs) -> CmdResult {
         return Err(UsageError(format!(
             "config `{}` is not a file",
             crate::syntax::display_name(&args.config)
-        )));
+        ))
+        .into());
     }
     if args.state.exists() && !args.state.is_dir() {
         return Err(UsageError(format!(
             "state `{}` is not a directory",
             crate::syntax::display_name(&args.state)
-        )));
+        ))
+        .into());
     }
     Ok(crate::serve::main(Options {
         sources: Sources {

@@ -22,10 +22,7 @@ pub struct SimulateArgs {
 }
 
 pub fn run(args: &SimulateArgs) -> CmdResult {
-    let engine = match load_engine(&args.rules)? {
-        Ok(e) => Arc::new(e),
-        Err(code) => return Ok(code),
-    };
+    let engine = Arc::new(load_engine(&args.rules)?);
     let report = simulate_file(&args.scenario, engine).map_err(|e| UsageError(e.0))?;
     if args.json {
         println!(

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
-use super::CmdResult;
+use super::{CmdResult, Stop};
 use crate::config::{StateBackend, StateConfig};
 use crate::load::UsageError;
 use crate::store::{open_backend, open_docs, AuthState, SessionStore, Store, DEFAULT_AGENT};
@@ -86,14 +86,11 @@ pub fn run(args: &StateArgs) -> CmdResult {
     }
 }
 
-/// The state block the flags name; `Err(code)` when the config is bad.
-fn state_config(at: &Where) -> Result<Result<Option<StateConfig>, i32>, UsageError> {
+/// The state block the flags name.
+fn state_config(at: &Where) -> Result<Option<StateConfig>, Stop> {
     let mut cfg = match &at.config {
         None => None,
-        Some(path) => match super::load_config(path) {
-            Ok(c) => c.state,
-            Err(code) => return Ok(Err(code)),
-        },
+        Some(path) => super::load_config(path)?.state,
     };
     if let Some(name) = &at.backend {
         let backend = StateBackend::from_name(name).ok_or_else(|| {
@@ -106,7 +103,7 @@ fn state_config(at: &Where) -> Result<Result<Option<StateConfig>, i32>, UsageErr
             (StateBackend::Redis, _) => {
                 return Err(UsageError(
                     "`--backend redis` needs `--config` with a `state: { backend: redis, url: … }` block".into(),
-                ))
+                ).into())
             }
             (b, _) => Some(StateConfig {
                 backend: b,
@@ -115,14 +112,11 @@ fn state_config(at: &Where) -> Result<Result<Option<StateConfig>, i32>, UsageErr
             }),
         };
     }
-    Ok(Ok(cfg))
+    Ok(cfg)
 }
 
 fn export(a: &ExportArgs) -> CmdResult {
-    let cfg = match state_config(&a.at)? {
-        Ok(c) => c,
-        Err(code) => return Ok(code),
-    };
+    let cfg = state_config(&a.at)?;
     let (store, _) =
         open_docs(cfg.as_ref(), &a.at.state, &a.at.agent).map_err(|e| UsageError(e.to_string()))?;
     let state = store.load_state().map_err(|e| UsageError(e.to_string()))?;
@@ -154,10 +148,7 @@ fn export(a: &ExportArgs) -> CmdResult {
 }
 
 fn import(a: &ImportArgs) -> CmdResult {
-    let cfg = match state_config(&a.at)? {
-        Ok(c) => c,
-        Err(code) => return Ok(code),
-    };
+    let cfg = state_config(&a.at)?;
     let name = display_name(&a.file);
     let bytes = crate::load::read_regular(&a.file, 256 << 20).map_err(|e| {
         UsageError(format!(
@@ -170,7 +161,8 @@ fn import(a: &ImportArgs) -> CmdResult {
     if doc.get("failoverState").and_then(Value::as_u64) != Some(DUMP_VERSION) {
         return Err(UsageError(format!(
             "`{name}` is not a `failover state export` document (no `\"failoverState\": 1`)"
-        )));
+        ))
+        .into());
     }
     let mut problems = Vec::new();
     let state = AuthState::from_json(

@@ -64,17 +64,18 @@ pub fn run(args: &StatusArgs) -> CmdResult {
         return Err(UsageError(format!(
             "`{}` is not a directory",
             display_name(&args.state)
-        )));
+        ))
+        .into());
     }
     let (routing, state_cfg) = match &args.config {
         None => (AuthRouting::default(), None),
-        Some(path) => match super::load_config(path) {
-            Ok(config) => (
+        Some(path) => {
+            let config = super::load_config(path)?;
+            (
                 routing_from_config(&config).map_err(|e| UsageError(e.to_string()))?,
                 config.state,
-            ),
-            Err(code) => return Ok(code),
-        },
+            )
+        }
     };
     // The config's `state:` block names the backend; without one, the
     // gateway's database when it exists, else the files (issue 13).

@@ -144,12 +144,10 @@ pub fn run(args: &TestArgs) -> CmdResult {
         return Err(UsageError(format!(
             "`--field-floor` is a percentage (0–100), not {}",
             args.field_floor
-        )));
+        ))
+        .into());
     }
-    let engine = match load_engine(&args.rules)? {
-        Ok(engine) => engine,
-        Err(code) => return Ok(code),
-    };
+    let engine = load_engine(&args.rules)?;
     if let Some(from) = &args.add_from {
         return add_from(&engine, args, from);
     }
@@ -158,9 +156,7 @@ pub fn run(args: &TestArgs) -> CmdResult {
         Err(errors) => return Ok(cases_errors(&errors, args.json)),
     };
     if files.is_empty() {
-        return Err(UsageError(
-            "no `*.cases.yaml` files found beside the rules".into(),
-        ));
+        return Err(UsageError("no `*.cases.yaml` files found beside the rules".into()).into());
     }
     let scope = if args.all || args.rules.dirs.is_empty() {
         Scope::All
@@ -408,7 +404,7 @@ fn add_from(engine: &crate::classify::Engine, args: &TestArgs, from: &Path) -> C
         (None, None) => {
             return Err(UsageError(
                 "`--add-from` needs `--rules DIR` (the cases go to DIR/added.cases.yaml) or `--add-to FILE`".into(),
-            ))
+            ).into())
         }
     };
     let input = read(from, 64 << 20)?;
@@ -457,7 +453,8 @@ fn add_from(engine: &crate::classify::Engine, args: &TestArgs, from: &Path) -> C
     if let Err(e) = golden::parse_cases(&name, &new) {
         return Err(UsageError(format!(
             "the cases made from `{source}` do not read back; nothing written:\n{e}"
-        )));
+        ))
+        .into());
     }
     print!("{}", super::paint_diff(&append_diff(&name, &old, &added)));
     let what = format!(

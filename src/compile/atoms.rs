@@ -36,7 +36,7 @@
 
 use regex_syntax::hir::{Class, Hir, HirKind};
 
-use super::ir::{Expr, Rule, StatusSet, TextField, TextTest};
+use super::ir::{Expr, RegexFacts, Rule, StatusSet, TextField, TextTest};
 use crate::diag::{Code, Diagnostic};
 
 /// Atoms shorter than this occur in too many messages to be worth a scan
@@ -242,25 +242,6 @@ fn parse_as_written(pattern: &str, flags: &str) -> Option<Hir> {
 
 /// At most this many gates are kept per regex (the most selective).
 const MAX_GATES: usize = 4;
-
-/// What the scan can tell about a regex before it runs.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RegexFacts {
-    /// Every match contains at least one literal of each set: when some
-    /// set has no scan hit, the regex cannot match and is not run.
-    pub gates: Vec<Vec<Vec<u8>>>,
-    /// The regex matches exactly when the text contains one of these
-    /// literals: its language is a small finite set of strings (literals,
-    /// alternations, small classes, optional groups) with no anchor or
-    /// word boundary. The scan's hits answer it and it never runs.
-    pub exact: Option<Vec<Vec<u8>>>,
-    /// The regex's best atom set: one of these occurs in every match
-    /// (what [`rule_atoms`] uses for routing).
-    pub atoms: Option<Vec<Vec<u8>>>,
-    /// Unbounded repetitions (`[^\n]*`, `\w+`): each can make the regex
-    /// engine walk the rest of the message from every place it starts.
-    pub gaps: u32,
-}
 
 /// The gates and exact literal set of a message regex (lower-cased
 /// atoms). `case_insensitive`: the regex runs ASCII-folded on the

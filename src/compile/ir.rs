@@ -7,7 +7,6 @@
 use memchr::memmem;
 use regex::Regex;
 
-use super::atoms::RegexFacts;
 use super::reasons::ReasonId;
 use crate::syntax::Span;
 
@@ -252,4 +251,23 @@ impl StatusSet {
     pub fn ranges(&self) -> &[(u16, u16)] {
         &self.ranges
     }
+}
+
+/// What the scan can tell about a regex before it runs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RegexFacts {
+    /// Every match contains at least one literal of each set: when some
+    /// set has no scan hit, the regex cannot match and is not run.
+    pub gates: Vec<Vec<Vec<u8>>>,
+    /// The regex matches exactly when the text contains one of these
+    /// literals: its language is a small finite set of strings (literals,
+    /// alternations, small classes, optional groups) with no anchor or
+    /// word boundary. The scan's hits answer it and it never runs.
+    pub exact: Option<Vec<Vec<u8>>>,
+    /// The regex's best atom set: one of these occurs in every match
+    /// (what `atoms::rule_atoms` uses for routing).
+    pub atoms: Option<Vec<Vec<u8>>>,
+    /// Unbounded repetitions (`[^\n]*`, `\w+`): each can make the regex
+    /// engine walk the rest of the message from every place it starts.
+    pub gaps: u32,
 }

@@ -82,12 +82,15 @@ impl Ruleset {
 }
 
 /// The result of compiling: the sources (for rendering), every diagnostic,
-/// and the ruleset when there was no error.
+/// and the ruleset with its matching plan when there was no error.
 #[derive(Debug)]
 pub struct Build {
     pub sources: SourceMap,
     pub diagnostics: Vec<Diagnostic>,
     pub ruleset: Option<Ruleset>,
+    /// The automaton and tables for `ruleset` (built here, once: building
+    /// it gives each literal its pattern id in the IR).
+    pub plan: Option<Plan>,
 }
 
 impl Build {
@@ -142,15 +145,17 @@ pub fn compile_with(
     let ruleset = cx.build(&files);
     let mut diagnostics = cx.diags;
     diag::sort(&mut diagnostics);
-    let ruleset = if diagnostics.iter().any(Diagnostic::is_error) {
+    let mut ruleset = if diagnostics.iter().any(Diagnostic::is_error) {
         None
     } else {
         ruleset
     };
+    let plan = ruleset.as_mut().map(|rs| Plan::build(&mut rs.rules));
     Build {
         sources,
         diagnostics,
         ruleset,
+        plan,
     }
 }
 
@@ -160,7 +165,7 @@ const REGEX_FLAGS: &str = "icsmx";
 /// Every regex of the rules (with valid flags), built before the compile
 /// proper on up to four threads: building them is about half of compiling
 /// the default rules. Identical regexes are built once.
-type Prebuilt = HashMap<(String, String), Result<(regex::Regex, atoms::RegexFacts), regex::Error>>;
+type Prebuilt = HashMap<(String, String), Result<(regex::Regex, ir::RegexFacts), regex::Error>>;
 
 fn prebuild_regexes(files: &[(usize, ast::RuleFile)]) -> Prebuilt {
     fn collect<'a>(c: &'a ast::Condition, out: &mut Vec<(&'a str, &'a str)>) {
@@ -206,7 +211,7 @@ fn prebuild_regexes(files: &[(usize, ast::RuleFile)]) -> Prebuilt {
         .max(1);
     type Built = (
         (String, String),
-        Result<(regex::Regex, atoms::RegexFacts), regex::Error>,
+        Result<(regex::Regex, ir::RegexFacts), regex::Error>,
     );
     let build = |t: usize| -> Vec<Built> {
         found
@@ -235,7 +240,7 @@ fn prebuild_regexes(files: &[(usize, ast::RuleFile)]) -> Prebuilt {
 fn build_regex(
     pattern: &str,
     flags: &str,
-) -> Result<(regex::Regex, atoms::RegexFacts), regex::Error> {
+) -> Result<(regex::Regex, ir::RegexFacts), regex::Error> {
     let regex = build_regex_only(pattern, flags)?;
     Ok((
         regex,

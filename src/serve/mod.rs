@@ -41,6 +41,7 @@
 pub mod metrics;
 pub mod protocol;
 pub mod reload;
+pub mod sse;
 pub mod state;
 pub mod stream;
 pub mod translate;

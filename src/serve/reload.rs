@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex};
 use crate::classify::Engine;
 use crate::config::GatewayConfig;
 use crate::config::{StateBackend, StateConfig};
-use crate::diag::render_all;
 use crate::run::Runner;
 use crate::store::{backend_of, open_backend, Opened, Profile, DEFAULT_AGENT};
 
@@ -170,7 +169,7 @@ pub fn build(
     })?;
     let build = crate::load::build(&sources.rules, !sources.no_defaults)
         .map_err(|e| format!("error: {e}"))?;
-    let engine = Engine::from_build(build).map_err(|(src, diags)| render_all(&diags, &src))?;
+    let engine = Engine::from_build(build).map_err(|d| d.render())?;
     let engine = Arc::new(engine);
     let config = Arc::new(loaded.config);
 

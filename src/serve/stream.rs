@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::auth::Failure;
 use crate::run::{ProviderFailure, Runner};
@@ -34,87 +34,8 @@ use crate::run::{ProviderFailure, Runner};
 use super::metrics::Metrics;
 use super::protocol::{upstream_message, Protocol};
 use super::translate::{Event, StreamTranslator};
+use super::sse::{error_event_status, is_error_event, SseParser};
 use super::upstream::{BodyStream, Started};
-
-/// One event may not grow past this without its blank line: a stream that
-/// never ends an event is a broken upstream, not memory to spend.
-const MAX_EVENT_BYTES: usize = 16 << 20;
-
-/// Splits a byte stream into events (`text/event-stream`).
-#[derive(Debug, Default)]
-pub struct SseParser {
-    buf: Vec<u8>,
-}
-
-impl SseParser {
-    /// The events completed by `chunk`.
-    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Event>, String> {
-        self.buf
-            .extend(chunk.iter().copied().filter(|b| *b != b'\r'));
-        let mut out = Vec::new();
-        while let Some(end) = memchr::memmem::find(&self.buf, b"\n\n") {
-            let block: Vec<u8> = self.buf.drain(..end + 2).collect();
-            let text = String::from_utf8_lossy(&block[..end]);
-            let mut event = None;
-            let mut data: Vec<&str> = Vec::new();
-            for line in text.split('\n') {
-                let (field, value) = match line.split_once(':') {
-                    Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-                    None => (line, ""),
-                };
-                match field {
-                    "event" => event = Some(value.to_string()),
-                    "data" => data.push(value),
-                    _ => {}
-                }
-            }
-            if !data.is_empty() {
-                out.push(Event {
-                    event,
-                    data: data.join("\n"),
-                });
-            }
-        }
-        if self.buf.len() > MAX_EVENT_BYTES {
-            return Err(format!(
-                "upstream sent an event larger than {} MiB",
-                MAX_EVENT_BYTES >> 20
-            ));
-        }
-        Ok(out)
-    }
-}
-
-/// An error event of either protocol.
-pub fn is_error_event(e: &Event) -> bool {
-    if e.event.as_deref() == Some("error") {
-        return true;
-    }
-    e.data.starts_with('{')
-        && serde_json::from_str::<Value>(&e.data).is_ok_and(|v| {
-            v.get("error").is_some_and(|x| !x.is_null())
-                || v.get("type").and_then(Value::as_str) == Some("error")
-        })
-}
-
-/// The HTTP status an error event stands for, when it says.
-pub fn error_event_status(e: &Event) -> Option<u16> {
-    let v: Value = serde_json::from_str(&e.data).ok()?;
-    let err = v.get("error")?;
-    if let Some(n) = err.get("code").and_then(Value::as_u64) {
-        return u16::try_from(n).ok().filter(|s| (100..600).contains(s));
-    }
-    Some(match err.get("type").and_then(Value::as_str)? {
-        "overloaded_error" => 529,
-        "rate_limit_error" => 429,
-        "api_error" => 500,
-        "authentication_error" => 401,
-        "permission_error" => 403,
-        "invalid_request_error" => 400,
-        "not_found_error" => 404,
-        _ => return None,
-    })
-}
 
 fn is_terminal(upstream: Protocol, e: &Event) -> bool {
     match upstream {
@@ -333,25 +254,6 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_events_across_chunks() {
-        let mut p = SseParser::default();
-        assert!(p.push(b"event: message_start\r\nda").unwrap().is_empty());
-        let ev = p
-            .push(b"ta: {\"a\":1}\r\n\r\n: comment\n\ndata: [DONE]\n\n")
-            .unwrap();
-        assert_eq!(
-            ev,
-            [
-                Event {
-                    event: Some("message_start".into()),
-                    data: "{\"a\":1}".into()
-                },
-                Event::data("[DONE]")
-            ]
-        );
-    }
 
     #[test]
     fn error_events_of_both_protocols() {

@@ -25,7 +25,7 @@ use crate::store::{Credential, Profile};
 
 use super::metrics::Metrics;
 use super::protocol::Protocol;
-use super::stream::SseParser;
+use super::sse::SseParser;
 use super::translate::Event;
 use super::upstreams::{Api, Upstream};
 
@@ -285,9 +285,9 @@ pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
                 .first_byte(&u.id, started.elapsed().as_secs_f64());
             // An error as the first event is a failure like any other:
             // nothing has reached the client yet, so the chain goes on.
-            if let Some(err) = events.iter().find(|e| super::stream::is_error_event(e)) {
+            if let Some(err) = events.iter().find(|e| super::sse::is_error_event(e)) {
                 return Err(AttemptError::Provider(ProviderFailure {
-                    status: super::stream::error_event_status(err),
+                    status: super::sse::error_event_status(err),
                     body: Some(err.data.clone()),
                     ..Default::default()
                 }));

@@ -21,7 +21,9 @@ use crate::config::{StateBackend, StateConfig};
 
 use super::face::{AsyncStore, SyncFace};
 use super::file::FileStore;
+#[cfg(feature = "redis")]
 use super::redis_store::{RedisStore, DEFAULT_PREFIX};
+#[cfg(feature = "sqlite")]
 use super::sqlite::{sqlite_path, SqliteStore};
 use super::{Store, StoreError};
 
@@ -63,6 +65,9 @@ pub async fn open(
                 backend,
             }
         }
+        #[cfg(not(feature = "sqlite"))]
+        StateBackend::Sqlite => return Err(StoreError::NotBuilt("sqlite")),
+        #[cfg(feature = "sqlite")]
         StateBackend::Sqlite => {
             let s = Arc::new(SqliteStore::open(root, agent)?);
             Opened {
@@ -71,6 +76,9 @@ pub async fn open(
                 backend,
             }
         }
+        #[cfg(not(feature = "redis"))]
+        StateBackend::Redis => return Err(StoreError::NotBuilt("redis")),
+        #[cfg(feature = "redis")]
         StateBackend::Redis => {
             let c = cfg.expect("redis comes from a state block");
             let url = c.url.as_deref().unwrap_or("redis://127.0.0.1:6379/0");
@@ -95,6 +103,9 @@ pub fn open_docs(
 ) -> Result<(Arc<dyn Store>, StateBackend), StoreError> {
     match backend_of(cfg) {
         StateBackend::Files => Ok((Arc::new(FileStore::open(root, agent)?), StateBackend::Files)),
+        #[cfg(not(feature = "sqlite"))]
+        StateBackend::Sqlite => Ok((Arc::new(FileStore::open(root, agent)?), StateBackend::Files)),
+        #[cfg(feature = "sqlite")]
         StateBackend::Sqlite => {
             if sqlite_path(root, agent).exists() {
                 Ok((

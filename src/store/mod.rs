@@ -54,9 +54,11 @@ mod face;
 mod file;
 mod json;
 mod profiles;
+#[cfg(feature = "redis")]
 mod redis_store;
 mod secret;
 mod sessions;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 mod state;
 
@@ -79,9 +81,11 @@ pub use profiles::{
     normalize_provider, provider_of_id, AuthProfiles, Credential, CredentialKind, Extra, Profile,
     SecretRef, Unusable, PROFILES_VERSION,
 };
+#[cfg(feature = "redis")]
 pub use redis_store::{redact_url, RedisStore, DEFAULT_PREFIX};
 pub use secret::Secret;
 pub use sessions::{OverrideFields, OverrideSource, SessionEntry, SessionStore};
+#[cfg(feature = "sqlite")]
 pub use sqlite::{sqlite_path, SqliteStore, SQLITE_FILE};
 pub use state::{AuthState, UsageStats, STATE_VERSION};
 
@@ -99,6 +103,9 @@ pub enum StoreError {
     },
     #[error("invalid agent id `{0}`: use letters, digits, `-`, `_` or `.`")]
     InvalidAgentId(String),
+    /// The config names a backend this build leaves out.
+    #[error("state backend `{0}` is not in this build (enable the `{0}` feature of failover)")]
+    NotBuilt(&'static str),
 }
 
 impl StoreError {

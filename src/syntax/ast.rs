@@ -4,7 +4,7 @@
 //! are flattened, operators are named; every node keeps its [`Span`]. Pest
 //! types never leave the `syntax` module.
 
-use super::source::{FileId, Span};
+use crate::source::{FileId, Span};
 
 /// A value with the place it was written.
 #[derive(Clone, Debug, PartialEq)]

@@ -14,13 +14,12 @@
 
 pub mod ast;
 pub mod fmt;
-mod source;
 
 use pest::error::{ErrorVariant, InputLocation};
 use pest::iterators::Pair;
 use pest::Parser as _;
 
-pub use source::{display_name, FileId, SourceFile, SourceMap, Span, MAX_FILE_BYTES, UTF8_BOM};
+pub use crate::source::{display_name, FileId, SourceFile, SourceMap, Span, MAX_FILE_BYTES, UTF8_BOM};
 
 use crate::diag::{did_you_mean, Code, Diagnostic};
 use ast::*;

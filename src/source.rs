@@ -1,12 +1,11 @@
-//! Source files and spans.
+//! Source files and spans: a leaf that the parser (`syntax`), the
+//! diagnostics (`diag`) and everything that points into a file share.
 //!
 //! Every AST node carries a [`Span`]: the file, the byte range, and the
 //! 1-based line and column (in characters) of its start, so a diagnostic or
 //! an `--explain` line can point at it without the source at hand.
 
 use std::path::Path;
-
-use crate::diag::{Code, Diagnostic};
 
 /// Index of a file in a [`SourceMap`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -97,6 +96,23 @@ impl SourceFile {
     }
 }
 
+/// Why a file's bytes cannot be parsed (diagnostic E014).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unreadable {
+    /// The text is not UTF-8; `at` is the first bad byte.
+    NotUtf8 {
+        /// The first byte that is not UTF-8.
+        at: Span,
+    },
+    /// The file is over [`MAX_FILE_BYTES`] and was not read.
+    TooLarge {
+        /// The start of the (empty) file.
+        at: Span,
+        /// Its size in bytes.
+        size: u64,
+    },
+}
+
 /// All files of one run: the embedded defaults and the operator's files.
 #[derive(Debug, Default)]
 pub struct SourceMap {
@@ -114,36 +130,23 @@ impl SourceMap {
         id
     }
 
-    /// Adds a file from raw bytes. Text that is not UTF-8, or too large, is
-    /// still added (lossily, so diagnostics can show it) and the problem is
-    /// returned as an `E014` diagnostic; the caller must not parse it.
     /// A rules file of `size` bytes that was not read because it is over
-    /// [`MAX_FILE_BYTES`]: an empty file and its E014 diagnostic.
-    pub fn add_too_large(
-        &mut self,
-        name: impl Into<String>,
-        size: u64,
-    ) -> (FileId, Option<Diagnostic>) {
+    /// [`MAX_FILE_BYTES`]: an empty file, and the problem (E014).
+    pub fn add_too_large(&mut self, name: impl Into<String>, size: u64) -> (FileId, Unreadable) {
         let id = self.add(name.into(), String::new());
-        let diag = Diagnostic::new(
-            Code::E014,
-            self.span(id, 0, 0),
-            format!(
-                "rules file is too large ({:.1} MB; the limit is {} MB)",
-                size as f64 / 1e6,
-                MAX_FILE_BYTES / (1024 * 1024)
-            ),
-        )
-        .label("file starts here")
-        .help("split the rules into several files, or check that this is really a rules file");
-        (id, Some(diag))
+        let at = self.span(id, 0, 0);
+        (id, Unreadable::TooLarge { at, size })
     }
 
+    /// Adds a file from raw bytes. Text that is not UTF-8, or too large, is
+    /// still added (lossily, so diagnostics can show it) and the problem is
+    /// returned (an E014 diagnostic, `Diagnostic::unreadable`); the caller
+    /// must not parse it.
     pub fn add_bytes(
         &mut self,
         name: impl Into<String>,
         bytes: Vec<u8>,
-    ) -> (FileId, Option<Diagnostic>) {
+    ) -> (FileId, Option<Unreadable>) {
         let name = name.into();
         // A UTF-8 byte-order mark (editors on Windows write one) is not
         // part of the text: positions count from after it.
@@ -152,7 +155,8 @@ impl SourceMap {
             bytes.drain(..UTF8_BOM.len());
         }
         if bytes.len() > MAX_FILE_BYTES {
-            return self.add_too_large(name, bytes.len() as u64);
+            let (id, u) = self.add_too_large(name, bytes.len() as u64);
+            return (id, Some(u));
         }
         match String::from_utf8(bytes) {
             Ok(text) => (self.add(name, text), None),
@@ -161,14 +165,8 @@ impl SourceMap {
                 let text = String::from_utf8_lossy(err.as_bytes()).into_owned();
                 // The lossy text has the same bytes up to the first bad one.
                 let id = self.add(name, text);
-                let diag = Diagnostic::new(
-                    Code::E014,
-                    self.span(id, valid, valid + 1),
-                    "rules file is not valid UTF-8",
-                )
-                .label("this byte is not UTF-8 text")
-                .help("save the file as UTF-8; non-ASCII text in strings is fine once encoded as UTF-8");
-                (id, Some(diag))
+                let at = self.span(id, valid, valid + 1);
+                (id, Some(Unreadable::NotUtf8 { at }))
             }
         }
     }
@@ -258,9 +256,10 @@ mod tests {
     #[test]
     fn invalid_utf8_is_reported_at_the_bad_byte() {
         let mut map = SourceMap::new();
-        let (_, diag) = map.add_bytes("bad.rules", b"rule a\n  \xff when".to_vec());
-        let diag = diag.expect("a diagnostic");
-        assert_eq!(diag.code, Code::E014);
-        assert_eq!((diag.span.line, diag.span.col), (2, 3));
+        let (_, problem) = map.add_bytes("bad.rules", b"rule a\n  \xff when".to_vec());
+        let Some(Unreadable::NotUtf8 { at }) = problem else {
+            panic!("{problem:?}")
+        };
+        assert_eq!((at.line, at.col), (2, 3));
     }
 }
