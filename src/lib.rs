@@ -5,7 +5,7 @@
 //! ([`Engine`]). A [`Runner`] walks a run's candidate chain (profile
 //! rotation, cooldowns, billing disables, probes, session overrides) and
 //! asks the engine what every failure means; its state lives in a
-//! [`Store`] ([`FileStore`], `SqliteStore`, `RedisStore`, or your own).
+//! [`Store`] (the backends of [`state`], or your own).
 //!
 //! ```
 //! use failover::{Engine, ProviderError};
@@ -33,7 +33,7 @@
 //! ```
 //!
 //! The public face is this page: the types re-exported here, [`errors`],
-//! [`stream`] (the JSONL contract of `failover classify`), [`store`] and,
+//! [`stream`] (the JSONL contract of `failover classify`), [`state`], [`time`] and,
 //! with the `serve` feature, [`gateway`]. `ARCHITECTURE.md` walks through
 //! the stages behind it; `docs/tracing.md` lists the events a run emits.
 //!
@@ -42,11 +42,14 @@
 //! - `cli` (default): the `failover` command line; turns on `serve`.
 //! - `serve`: the OpenAI/Anthropic-compatible HTTP gateway; turns on
 //!   `sqlite` and `redis`.
-//! - `sqlite`: [`store::SqliteStore`], the embedded state database.
-//! - `redis`: [`store::RedisStore`], state shared by several replicas.
+//! - `sqlite`: `state::SqliteStore`, the embedded state database.
+//! - `redis`: `state::RedisStore`, state shared by several replicas.
 //! - `test-util`: hooks for this crate's own tests; not for production.
 
 #![warn(missing_docs)]
+// Without the command line, the helpers only it calls (renderers, report
+// tables) are unused; the default build still warns about real dead code.
+#![cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 
 /// Declares a stage module: private, or public (and hidden from the docs)
 /// with `test-util`, so the crate's own integration tests can reach the
@@ -119,17 +122,18 @@ pub mod time {
 /// State backends: where the routing state (usage stats, cooldowns,
 /// disables, `lastGood`, `order`) and the session overrides live, beside
 /// the secrets in `auth-profiles.json` (SPEC R5). Every backend
-/// implements both [`Store`](crate::Store) (whole documents) and
-/// [`AsyncStore`](crate::AsyncStore) (per-record updates).
+/// implements both [`Store`] (whole documents) and [`AsyncStore`]
+/// (per-record updates).
 pub mod state {
     pub use crate::run::MemoryStore;
     #[cfg(feature = "redis")]
     pub use crate::store::RedisStore;
     #[cfg(feature = "sqlite")]
     pub use crate::store::SqliteStore;
+    pub use crate::store::{AsyncStore, Store};
     pub use crate::store::{
-        AuthProfiles, AuthState, Credential, CredentialKind, FileStore, Profile, SessionEntry,
-        SessionStore, UsageStats,
+        AuthProfiles, AuthState, Credential, CredentialKind, FileStore, Problem, Profile, Secret,
+        SessionEntry, SessionStore, StoreExt, SyncFace, UsageStats,
     };
 }
 
@@ -142,5 +146,6 @@ pub mod stream {}
 /// process.
 #[cfg(feature = "serve")]
 pub mod gateway {
+    pub use crate::serve::reload::{Sources, Stores};
     pub use crate::serve::{start, Gateway, Options, Running};
 }

@@ -14,9 +14,11 @@ pub struct FileId(pub u32);
 /// A location in a rules file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Span {
+    /// The file the span is in.
     pub file: FileId,
     /// Byte offsets into the file's text.
     pub start: u32,
+    /// Byte offset just past the span.
     pub end: u32,
     /// 1-based line of `start`.
     pub line: u32,
@@ -63,10 +65,12 @@ impl SourceFile {
         }
     }
 
+    /// The file's name as diagnostics show it.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The file's whole text.
     pub fn text(&self) -> &str {
         &self.text
     }
@@ -98,6 +102,7 @@ impl SourceFile {
 
 /// Why a file's bytes cannot be parsed (diagnostic E014).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Unreadable {
     /// The text is not UTF-8; `at` is the first bad byte.
     NotUtf8 {
@@ -120,10 +125,12 @@ pub struct SourceMap {
 }
 
 impl SourceMap {
+    /// An empty map.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Adds a file; its id is its index.
     pub fn add(&mut self, name: impl Into<String>, text: impl Into<String>) -> FileId {
         let id = FileId(self.files.len() as u32);
         self.files.push(SourceFile::new(name.into(), text.into()));
@@ -131,7 +138,7 @@ impl SourceMap {
     }
 
     /// A rules file of `size` bytes that was not read because it is over
-    /// [`MAX_FILE_BYTES`]: an empty file, and the problem (E014).
+    /// the 4 MiB limit: an empty file, and the problem (E014).
     pub fn add_too_large(&mut self, name: impl Into<String>, size: u64) -> (FileId, Unreadable) {
         let id = self.add(name.into(), String::new());
         let at = self.span(id, 0, 0);
@@ -171,10 +178,12 @@ impl SourceMap {
         }
     }
 
+    /// The file of `id` (panics on an id of another map).
     pub fn get(&self, id: FileId) -> &SourceFile {
         &self.files[id.0 as usize]
     }
 
+    /// Every file with its id, in the order added.
     pub fn files(&self) -> impl Iterator<Item = (FileId, &SourceFile)> {
         self.files
             .iter()
@@ -182,10 +191,12 @@ impl SourceMap {
             .map(|(i, f)| (FileId(i as u32), f))
     }
 
+    /// How many files.
     pub fn len(&self) -> usize {
         self.files.len()
     }
 
+    /// Whether there is no file.
     pub fn is_empty(&self) -> bool {
         self.files.is_empty()
     }

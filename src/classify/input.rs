@@ -22,25 +22,33 @@ use serde_json::Value;
 /// optional; borrowed, so building one costs nothing.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ProviderError<'a> {
+    /// The provider id (`openai`, `anthropic`, …), lower-case; `provider` rules test it.
     pub provider: Option<&'a str>,
+    /// The model the call was for; `model` rules test it.
     pub model: Option<&'a str>,
+    /// The HTTP status, when there was a response (a transport error has none).
     pub status: Option<u16>,
     /// Error code: `RESOURCE_EXHAUSTED`, `ETIMEDOUT`, `insufficient_quota`.
     pub code: Option<&'a str>,
     /// Error type: `overloaded_error`, `ThrottlingException`.
     pub error_type: Option<&'a str>,
+    /// The error's message text (what `message has …` rules read).
     pub message: Option<&'a str>,
+    /// The response body: its JSON is read for message, code, type and status.
     pub body: Option<Body<'a>>,
 }
 
 /// A response body: raw text (parsed when it is JSON) or parsed JSON.
 #[derive(Clone, Copy, Debug)]
 pub enum Body<'a> {
+    /// A body as received; parsed as JSON when it is JSON.
     Text(&'a str),
+    /// A body already parsed.
     Json(&'a Value),
 }
 
 impl<'a> ProviderError<'a> {
+    /// An error with only a message; add the rest with the `with_` methods.
     pub fn message(message: &'a str) -> Self {
         ProviderError {
             message: Some(message),
@@ -48,31 +56,37 @@ impl<'a> ProviderError<'a> {
         }
     }
 
+    /// Sets the HTTP status.
     pub fn with_status(mut self, status: u16) -> Self {
         self.status = Some(status);
         self
     }
 
+    /// Sets the provider id.
     pub fn with_provider(mut self, provider: &'a str) -> Self {
         self.provider = Some(provider);
         self
     }
 
+    /// Sets the model.
     pub fn with_model(mut self, model: &'a str) -> Self {
         self.model = Some(model);
         self
     }
 
+    /// Sets the provider's error code (`rate_limit_exceeded`, `insufficient_quota`, …).
     pub fn with_code(mut self, code: &'a str) -> Self {
         self.code = Some(code);
         self
     }
 
+    /// Sets the provider's error type (`invalid_request_error`, `overloaded_error`, …).
     pub fn with_type(mut self, error_type: &'a str) -> Self {
         self.error_type = Some(error_type);
         self
     }
 
+    /// Sets the response body.
     pub fn with_body(mut self, body: Body<'a>) -> Self {
         self.body = Some(body);
         self

@@ -73,23 +73,29 @@ pub struct Engine {
 
 /// The verdict on one error. Borrowed from the engine: no allocation.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Classification<'e> {
+    /// The reason's name (`rate_limit`, `billing`, …; `unclassified` when no rule matched).
     pub reason: &'e str,
+    /// The reason's index in the ruleset.
     pub reason_id: ReasonId,
     /// The deciding rule's id; `None` when no rule matched (`unclassified`).
     pub rule: Option<&'e str>,
+    /// The index of the deciding rule in the ruleset, with [`Classification::rule`].
     pub rule_index: Option<RuleIdx>,
     /// Whether the reason's behaviour continues the fallback (R9).
     pub failover: bool,
+    /// What the runner does with this reason (the `reason … { … }` clauses).
     pub behaviour: &'e ReasonBehaviour,
     /// The status used: explicit, from the body, or from the message text.
     pub status: Option<u16>,
-    /// The message was longer than [`MAX_SCAN_BYTES`].
+    /// The message was longer than 1 MiB and was judged on its first 1 MiB.
     pub truncated: bool,
 }
 
 /// What `--explain` shows: how the verdict was reached.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Explanation {
     /// Atoms found in the message, in the order they first occur.
     pub atoms_hit: Vec<String>,
@@ -97,8 +103,11 @@ pub struct Explanation {
     pub verified: Vec<(RuleIdx, bool)>,
     /// The normalised inputs the rules saw.
     pub status: Option<u16>,
+    /// The error code the engine read (given, or from the body).
     pub code: Option<String>,
+    /// The error type the engine read (given, or from the body).
     pub error_type: Option<String>,
+    /// The message the rules were matched against (before lower-casing).
     pub message: String,
 }
 
@@ -171,14 +180,17 @@ impl Engine {
         }
     }
 
+    /// The compiled rules, in precedence order.
     pub fn ruleset(&self) -> &Ruleset {
         &self.ruleset
     }
 
+    /// The matching plan: the atom automaton and the lookup tables.
     pub fn plan(&self) -> &Plan {
         &self.plan
     }
 
+    /// The rules files the engine was built from (for positions).
     pub fn sources(&self) -> &SourceMap {
         &self.sources
     }
@@ -208,7 +220,7 @@ impl Engine {
     /// The baseline the matcher is measured against: verify every rule in
     /// order with no automaton and no tables. Same verdicts, much slower;
     /// used by the benchmarks and by tests that check the fast path agrees.
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-util"))]
     pub fn classify_exhaustive(&self, err: &ProviderError) -> Classification<'_> {
         SCRATCH.with(|s| self.run_with(err, &mut s.borrow_mut(), None, true))
     }

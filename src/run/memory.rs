@@ -25,6 +25,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl MemoryStore {
+    /// An empty store for `agent`.
     pub fn new(agent: &str) -> Self {
         MemoryStore {
             agent: agent.into(),
@@ -32,16 +33,19 @@ impl MemoryStore {
         }
     }
 
+    /// Starts with these profiles (and their secrets).
     pub fn with_profiles(self, profiles: AuthProfiles) -> Self {
         *lock(&self.profiles) = profiles;
         self
     }
 
+    /// Starts with this routing state.
     pub fn with_state(self, state: AuthState) -> Self {
         *lock(&self.state) = state;
         self
     }
 
+    /// Starts with these sessions.
     pub fn with_sessions(self, sessions: SessionStore) -> Self {
         *lock(&self.sessions) = sessions;
         self

@@ -18,6 +18,7 @@ pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Where the runner waits (rotation backoff, `overloadedBackoffMs`).
 pub trait Sleeper: Send + Sync {
+    /// A future that completes after `ms` milliseconds.
     fn sleep(&self, ms: u64) -> Sleep;
 }
 

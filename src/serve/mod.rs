@@ -89,7 +89,9 @@ const MAX_SESSION_ID: usize = 256;
 /// What `failover serve` was asked to do.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// Where the config and the rules come from (re-read on reload).
     pub sources: Sources,
+    /// The address to listen on (`127.0.0.1:8787`).
     pub listen: String,
     /// Reload when the config or a rules file changes.
     pub watch: bool,
@@ -143,6 +145,7 @@ impl Gateway {
         self.max_concurrent - self.limit.available_permits()
     }
 
+    /// The gateway's metrics (what `GET /metrics` serves).
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }
@@ -789,7 +792,9 @@ fn run_error(set: &ActiveSet, runner: &Runner, e: RunError) -> GatewayError {
 
 /// A running gateway (for `serve` and for tests).
 pub struct Running {
+    /// The address the gateway listens on (the real port when `:0` was asked).
     pub addr: SocketAddr,
+    /// The gateway, shared with the server task.
     pub gateway: Arc<Gateway>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<()>,

@@ -51,7 +51,7 @@ pub struct Stores {
 impl Stores {
     /// Opens the backend of every agent the config names, before the
     /// first set is built (a Redis connection needs the runtime). A config
-    /// that does not load is left for [`build`] to report.
+    /// that does not load is left for the first build to report.
     pub async fn preopen(&self, sources: &Sources) -> Result<(), String> {
         let Ok(loaded) = GatewayConfig::load(&sources.config) else {
             return Ok(());

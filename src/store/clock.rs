@@ -39,10 +39,12 @@ impl Clock for SystemClock {
 pub struct ManualClock(AtomicU64);
 
 impl ManualClock {
+    /// A clock stopped at `now_ms` (epoch milliseconds).
     pub fn new(now_ms: u64) -> Self {
         ManualClock(AtomicU64::new(now_ms))
     }
 
+    /// Moves the clock to `now_ms`.
     pub fn set(&self, now_ms: u64) {
         self.0.store(now_ms, Ordering::SeqCst);
     }

@@ -47,12 +47,14 @@ pub type SessionEdit<'a> = &'a mut (dyn FnMut(&mut SessionEntry) + Send);
 /// Durable state of one agent, per record and async. See the module
 /// documentation.
 pub trait AsyncStore: Send + Sync {
+    /// The agent whose state this is.
     fn agent_id(&self) -> &str;
     /// The secrets (`auth-profiles.json`; never held by a shared backend).
     fn load_profiles(&self) -> StoreFuture<'_, AuthProfiles>;
     /// Every profile's routing state (the profiles are few; sessions are
     /// the many).
     fn load_state(&self) -> StoreFuture<'_, AuthState>;
+    /// One session's entry, or `None` when the session has none.
     fn load_session<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<SessionEntry>>;
     /// Atomic read-modify-write of `profile_id`'s record (and of the
     /// `lastGood` entry of `provider`, normalised).

@@ -205,12 +205,13 @@ impl FileStore {
     }
 
     /// Crash tests: every write of this store stops as `plan` says.
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-util"))]
     pub fn with_fault(mut self, plan: FaultPlan) -> Self {
         self.fault = Some(plan);
         self
     }
 
+    /// Where this store's files are.
     pub fn paths(&self) -> &StatePaths {
         &self.paths
     }

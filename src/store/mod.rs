@@ -66,8 +66,8 @@ use std::fmt;
 use std::path::PathBuf;
 
 pub use atomic::{create_private_dir, lock_path, write_atomic, FileLock};
-#[doc(hidden)]
-pub use atomic::{remove_stale_temps, write_atomic_with, FaultAction, FaultPlan, WriteFault};
+#[cfg(any(test, feature = "test-util"))]
+pub use atomic::{FaultAction, FaultPlan, WriteFault};
 pub use backend::{backend_of, open as open_backend, open_docs, Opened};
 pub use clock::{
     format_span, format_utc, Clock, ManualClock, SystemClock, DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS,
@@ -94,13 +94,19 @@ use crate::syntax::display_name;
 /// A failure to read or write the state (the disk, permissions). Damaged
 /// contents are [`Problem`]s instead.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
+    /// The disk (or the server) refused an operation.
     #[error("cannot {op} `{path}`: {detail}")]
     Io {
+        /// What was being done (`read`, `write`, `lock`, …).
         op: &'static str,
+        /// The file or server, as shown to operators (no password).
         path: String,
+        /// The cause, in words.
         detail: String,
     },
+    /// An agent id that cannot name a directory.
     #[error("invalid agent id `{0}`: use letters, digits, `-`, `_` or `.`")]
     InvalidAgentId(String),
     /// The config names a backend this build leaves out.
@@ -180,12 +186,19 @@ impl fmt::Display for Problem {
 /// concurrency retries on conflict), so they must only edit the document
 /// they are given.
 pub trait Store: Send + Sync {
+    /// The agent whose state this is.
     fn agent_id(&self) -> &str;
+    /// The auth profiles (`auth-profiles.json`), secrets included.
     fn load_profiles(&self) -> Result<AuthProfiles, StoreError>;
+    /// The routing state: usage stats, cooldowns, disables, `order`, `lastGood`.
     fn load_state(&self) -> Result<AuthState, StoreError>;
+    /// Every session's entry.
     fn load_sessions(&self) -> Result<SessionStore, StoreError>;
+    /// Read-modify-write of the profiles, atomically (see [`StoreExt`] for the typed form).
     fn update_profiles_dyn(&self, f: &mut dyn FnMut(&mut AuthProfiles)) -> Result<(), StoreError>;
+    /// Read-modify-write of the routing state, atomically.
     fn update_state_dyn(&self, f: &mut dyn FnMut(&mut AuthState)) -> Result<(), StoreError>;
+    /// Read-modify-write of the sessions, atomically.
     fn update_sessions_dyn(&self, f: &mut dyn FnMut(&mut SessionStore)) -> Result<(), StoreError>;
     /// Problems found since the last call (each reported once).
     fn take_problems(&self) -> Vec<Problem>;

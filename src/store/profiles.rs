@@ -42,18 +42,23 @@ use crate::store::clock::format_utc;
 /// The kind of a credential (`type` in the file).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CredentialKind {
+    /// An OAuth access token with its refresh token.
     OAuth,
+    /// A static bearer token (possibly expiring).
     Token,
+    /// An API key.
     ApiKey,
 }
 
 impl CredentialKind {
+    /// Every kind, in the order `status` lists them.
     pub const ALL: [CredentialKind; 3] = [
         CredentialKind::OAuth,
         CredentialKind::Token,
         CredentialKind::ApiKey,
     ];
 
+    /// The kind's name in `auth-profiles.json` (`api_key`, `oauth`, `token`).
     pub fn name(self) -> &'static str {
         match self {
             CredentialKind::ApiKey => "api_key",
@@ -62,6 +67,7 @@ impl CredentialKind {
         }
     }
 
+    /// The kind of a name (`type` or `mode` in the files).
     pub fn from_name(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.name() == s)
     }
@@ -80,21 +86,30 @@ impl CredentialKind {
 /// One credential (SPEC R2.3).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Credential {
+    /// An API key (`type: api_key`).
     ApiKey {
+        /// The key; `None` when the file has none (the profile is unusable).
         key: Option<Secret>,
         /// A reference to a key held elsewhere (an environment variable, a
         /// secret manager); kept as written.
         key_ref: Option<SecretRef>,
     },
+    /// OAuth tokens (`type: oauth`).
     OAuth {
+        /// The access token.
         access: Option<Secret>,
+        /// The refresh token.
         refresh: Option<Secret>,
         /// When `access` expires, epoch ms.
         expires: Option<u64>,
     },
+    /// A bearer token (`type: token`).
     Token {
+        /// The token itself, when stored inline.
         token: Option<Secret>,
+        /// A reference to a token held elsewhere, kept as written.
         token_ref: Option<SecretRef>,
+        /// When the token expires (epoch ms).
         expires: Option<u64>,
     },
 }
@@ -111,6 +126,7 @@ impl fmt::Debug for SecretRef {
 }
 
 impl Credential {
+    /// The credential's kind.
     pub fn kind(&self) -> CredentialKind {
         match self {
             Credential::ApiKey { .. } => CredentialKind::ApiKey,
@@ -173,13 +189,18 @@ impl fmt::Debug for Extra {
 /// One parsed profile.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Profile {
+    /// The provider id the profile authenticates to.
     pub provider: String,
+    /// The account's e-mail, when known (shown by `status`, never a secret).
     pub email: Option<String>,
+    /// The credential (its secrets hide from `Debug`).
     pub credential: Credential,
+    /// Every field another subsystem owns, kept as it was.
     pub extra: Extra,
 }
 
 impl Profile {
+    /// An API-key profile.
     pub fn api_key(provider: &str, key: &str) -> Self {
         Profile {
             provider: provider.into(),
@@ -192,6 +213,7 @@ impl Profile {
         }
     }
 
+    /// An OAuth profile; `expires` is epoch ms.
     pub fn oauth(provider: &str, access: &str, refresh: &str, expires: u64) -> Self {
         Profile {
             provider: provider.into(),
@@ -205,6 +227,7 @@ impl Profile {
         }
     }
 
+    /// The credential's kind.
     pub fn kind(&self) -> CredentialKind {
         self.credential.kind()
     }
@@ -392,7 +415,9 @@ fn parse_profile(id: &str, v: &Value) -> Result<Profile, String> {
 /// The whole secrets file.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AuthProfiles {
+    /// The file's `version`.
     pub version: Option<u64>,
+    /// Profile id (`provider:default`, `provider:<email>`) → profile.
     pub profiles: BTreeMap<String, Profile>,
     /// Entries that did not parse, kept verbatim for the next write.
     invalid: BTreeMap<String, Extra>,
@@ -449,6 +474,7 @@ impl AuthProfiles {
         Ok(out)
     }
 
+    /// The document as written to `auth-profiles.json`.
     pub fn to_json(&self) -> Value {
         let mut profiles = Map::new();
         for (id, p) in &self.profiles {

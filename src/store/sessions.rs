@@ -57,18 +57,25 @@ impl OverrideSource {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionEntry {
+    /// `providerOverride`: the provider of the session's model override.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_override: Option<String>,
+    /// `modelOverride`: the model the session runs on instead of its default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_override: Option<String>,
+    /// `modelOverrideSource`: `user` (chosen) or `auto` (set by a fallback, R11).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_override_source: Option<String>,
+    /// `modelOverrideFallbackOriginProvider`: the primary's provider an auto override came from (R11.5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_override_fallback_origin_provider: Option<String>,
+    /// `modelOverrideFallbackOriginModel`: the primary model an auto override came from (R11.5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_override_fallback_origin_model: Option<String>,
+    /// `authProfileOverride`: the auth profile pinned for the session (R6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_profile_override: Option<String>,
+    /// `authProfileOverrideSource`: `user` or `auto` (R6.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_profile_override_source: Option<String>,
     #[serde(
@@ -76,17 +83,22 @@ pub struct SessionEntry {
         deserialize_with = "de_opt_ms",
         skip_serializing_if = "Option::is_none"
     )]
+    /// `authProfileOverrideCompactionCount`: the compaction count when the pin was set (R6.4).
     pub auth_profile_override_compaction_count: Option<u64>,
     #[serde(
         default,
         deserialize_with = "de_opt_ms",
         skip_serializing_if = "Option::is_none"
     )]
+    /// `compactionCount`: how many times the session was compacted.
     pub compaction_count: Option<u64>,
+    /// `fallbackNoticeSelectedModel`: the model selected when the last notice was given (R13).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback_notice_selected_model: Option<String>,
+    /// `fallbackNoticeActiveModel`: the model that answered when the last notice was given (R13).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback_notice_active_model: Option<String>,
+    /// `fallbackNoticeReason`: why, in the last notice (R13).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback_notice_reason: Option<String>,
     #[serde(
@@ -94,6 +106,7 @@ pub struct SessionEntry {
         deserialize_with = "de_opt_ms",
         skip_serializing_if = "Option::is_none"
     )]
+    /// `fallbackNoticeStartedAt`: when the current fallback state began (epoch ms, R13).
     pub fallback_notice_started_at: Option<u64>,
     /// Every field another subsystem owns, kept as it was.
     #[serde(flatten)]
@@ -133,6 +146,7 @@ impl SessionEntry {
         )
     }
 
+    /// Whether any model or profile override is set.
     pub fn has_overrides(&self) -> bool {
         self.provider_override.is_some()
             || self.model_override.is_some()
@@ -212,12 +226,14 @@ impl OverrideFields {
 /// The whole session store.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SessionStore {
+    /// Session key → entry.
     pub entries: BTreeMap<String, SessionEntry>,
     /// Entries that did not parse, kept verbatim.
     unparsed: BTreeMap<String, Value>,
 }
 
 impl SessionStore {
+    /// Reads the document; entries that do not parse are skipped and listed in `problems`.
     pub fn from_json(v: Value, path: &Path, problems: &mut Vec<Problem>) -> Result<Self, String> {
         let Value::Object(top) = v else {
             return Err(format!("expected an object, found {}", kind(&v)));
@@ -242,6 +258,7 @@ impl SessionStore {
         Ok(out)
     }
 
+    /// The document as written to `sessions.json`.
     pub fn to_json(&self) -> Value {
         let mut m: Map<String, Value> = self.unparsed.clone().into_iter().collect();
         for (k, e) in &self.entries {
@@ -253,6 +270,7 @@ impl SessionStore {
         Value::Object(m)
     }
 
+    /// The entry of `key`, created empty when missing.
     pub fn entry_mut(&mut self, key: &str) -> &mut SessionEntry {
         self.unparsed.remove(key);
         self.entries.entry(key.to_string()).or_default()

@@ -130,6 +130,7 @@ impl SqliteStore {
         Ok(store)
     }
 
+    /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
     }

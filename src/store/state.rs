@@ -55,18 +55,22 @@ pub struct UsageStats {
         deserialize_with = "de_opt_ms",
         skip_serializing_if = "Option::is_none"
     )]
+    /// `lastUsed`: when the profile last answered (epoch ms).
     pub last_used: Option<u64>,
     #[serde(
         default,
         deserialize_with = "de_opt_ms",
         skip_serializing_if = "Option::is_none"
     )]
+    /// `cooldownUntil`: the profile is cooling until then (epoch ms, R7).
     pub cooldown_until: Option<u64>,
+    /// `cooldownReason`: the reason of the failure that started the cooldown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cooldown_reason: Option<String>,
     /// Set when the cooldown blocks only this model (SPEC R7.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cooldown_model: Option<String>,
+    /// `errorCount`: failures inside the failure window (R7.1).
     #[serde(default, deserialize_with = "de_count")]
     pub error_count: u32,
     #[serde(
@@ -74,7 +78,9 @@ pub struct UsageStats {
         deserialize_with = "de_opt_ms",
         skip_serializing_if = "Option::is_none"
     )]
+    /// `disabledUntil`: the profile is disabled until then (billing, R8; auth_permanent, R16.4).
     pub disabled_until: Option<u64>,
+    /// `disabledReason`: why it is disabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled_reason: Option<String>,
     #[serde(
@@ -82,6 +88,7 @@ pub struct UsageStats {
         deserialize_with = "de_opt_ms",
         skip_serializing_if = "Option::is_none"
     )]
+    /// `lastFailureAt`: when it last failed (epoch ms).
     pub last_failure_at: Option<u64>,
     /// Failures per reason inside the failure window (drives the doubling of
     /// disable lanes and the unavailable-reason summary).
@@ -94,6 +101,7 @@ pub struct UsageStats {
         skip_serializing_if = "Option::is_none"
     )]
     pub last_probe_at: Option<u64>,
+    /// Every field another subsystem owns, kept as it was.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -102,6 +110,7 @@ pub struct UsageStats {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuthState {
+    /// The file's `version`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<u64>,
     /// Stored rotation order per provider; it wins over config `auth.order`
@@ -111,8 +120,10 @@ pub struct AuthState {
     /// The profile that last succeeded, per provider (informational).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub last_good: BTreeMap<String, String>,
+    /// `usageStats`: profile id → its routing state.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub usage_stats: BTreeMap<String, UsageStats>,
+    /// Every field another subsystem owns, kept as it was.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
     /// Parts of the file that did not parse, kept verbatim for the next write.
@@ -332,6 +343,7 @@ impl AuthState {
         self.usage_stats.entry(profile_id.to_string()).or_default()
     }
 
+    /// The routing state of a profile, if any.
     pub fn stats(&self, profile_id: &str) -> Option<&UsageStats> {
         self.usage_stats.get(profile_id)
     }
