@@ -96,6 +96,9 @@ pub fn main() -> i32 {
             return code;
         }
     };
+    if !matches!(cli.command, Command::Serve(_)) {
+        default_sigpipe();
+    }
     let result = match cli.command {
         Command::Check(args) => check::run(&args),
         Command::Test(args) => test::run(&args),
@@ -117,6 +120,20 @@ pub fn main() -> i32 {
             2
         }
         Err(Stop::Reported(code)) => code,
+    }
+}
+
+/// A command that prints restores the default action of SIGPIPE, which the
+/// Rust runtime sets to "ignore": a reader that goes away (`failover test
+/// | head`) then ends the process quietly, as it does any Unix tool,
+/// instead of every `print!` panicking on the closed pipe. The gateway
+/// keeps "ignore": a client that hangs up must not kill the server.
+fn default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: `signal` with `SIG_DFL` only changes this process's action
+    // for SIGPIPE; it runs before any other thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 
