@@ -34,9 +34,13 @@ use super::upstreams::{self, ServeSettings, Upstreams};
 /// Where a set comes from.
 #[derive(Clone, Debug)]
 pub struct Sources {
+    /// The gateway config file.
     pub config: PathBuf,
+    /// The state directory (`auth-profiles.json` and, by default, the database).
     pub state: PathBuf,
+    /// Operator rules directories, highest priority first.
     pub rules: Vec<PathBuf>,
+    /// Leave the embedded default rules out.
     pub no_defaults: bool,
 }
 

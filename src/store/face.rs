@@ -173,6 +173,7 @@ pub struct SyncFace {
 }
 
 impl SyncFace {
+    /// Calls `store` directly, on the calling task (memory stores, tests).
     pub fn new(store: Arc<dyn Store>) -> Self {
         SyncFace {
             inner: store,
@@ -180,6 +181,7 @@ impl SyncFace {
         }
     }
 
+    /// Runs each call where blocking is allowed (`block_in_place` on a multi-thread runtime): for stores that lock files and `fsync`.
     pub fn blocking(store: Arc<dyn Store>) -> Self {
         SyncFace {
             inner: store,
@@ -187,6 +189,7 @@ impl SyncFace {
         }
     }
 
+    /// The store behind the face.
     pub fn inner(&self) -> &Arc<dyn Store> {
         &self.inner
     }

@@ -129,17 +129,22 @@ impl StoreError {
 pub enum Problem {
     /// The file is not JSON, or not the document it should be.
     Corrupt {
+        /// The damaged file.
         path: PathBuf,
+        /// What is wrong with it.
         detail: String,
         /// Where it was moved aside, once an update did so.
         moved_to: Option<PathBuf>,
     },
     /// One entry of an otherwise good file was skipped.
     InvalidEntry {
+        /// The file holding the entry.
         path: PathBuf,
         /// `profile`, `session`, `usage stats of`, `field`, …
         what: &'static str,
+        /// The entry's key (profile id, session key).
         key: String,
+        /// What is wrong with it.
         detail: String,
     },
 }
@@ -212,6 +217,7 @@ pub trait Store: Send + Sync {
 
 /// Closure-returning forms of the [`Store`] updates.
 pub trait StoreExt: Store {
+    /// [`Store::update_profiles_dyn`] returning the closure's value.
     fn update_profiles<R>(
         &self,
         mut f: impl FnMut(&mut AuthProfiles) -> R,
@@ -221,12 +227,14 @@ pub trait StoreExt: Store {
         Ok(out.expect("update ran the closure"))
     }
 
+    /// [`Store::update_state_dyn`] returning the closure's value.
     fn update_state<R>(&self, mut f: impl FnMut(&mut AuthState) -> R) -> Result<R, StoreError> {
         let mut out = None;
         self.update_state_dyn(&mut |d| out = Some(f(d)))?;
         Ok(out.expect("update ran the closure"))
     }
 
+    /// [`Store::update_sessions_dyn`] returning the closure's value.
     fn update_sessions<R>(
         &self,
         mut f: impl FnMut(&mut SessionStore) -> R,

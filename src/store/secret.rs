@@ -22,6 +22,7 @@ use std::fmt;
 pub struct Secret(String);
 
 impl Secret {
+    /// Wraps a credential string.
     pub fn new(text: impl Into<String>) -> Self {
         Secret(text.into())
     }
@@ -31,6 +32,7 @@ impl Secret {
         &self.0
     }
 
+    /// Whether it is empty or only spaces (an unusable credential).
     pub fn is_empty(&self) -> bool {
         self.0.trim().is_empty()
     }
