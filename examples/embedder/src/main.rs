@@ -2,7 +2,7 @@
 //! the public API alone (no CLI, no gateway). CI builds and runs it:
 //!
 //! ```text
-//! cargo run --example embed
+//! cargo run --manifest-path examples/embedder/Cargo.toml
 //! ```
 //!
 //! It loads the defaults plus one operator rule, reads a config, and runs
