@@ -12,6 +12,7 @@ use crate::store::Profile;
 
 /// One model call the runner asks the caller to make.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct Attempt {
     pub provider: String,
     pub model: String,
@@ -40,14 +41,34 @@ impl fmt::Debug for Attempt {
 }
 
 /// A provider error, owned, as the caller's attempt function reports it.
+///
+/// How to report each kind of failure (the rules then decide what it
+/// means; these shapes are what the default rules expect):
+///
+/// | what happened | build it with |
+/// |---|---|
+/// | the provider answered with an error status | [`ProviderFailure::from_http`] (status, headers for `retry-after`, body) |
+/// | no answer in time (connect, first byte, whole answer) | [`ProviderFailure::timeout`]: code `ETIMEDOUT`, classified `timeout` (REFERENCE a.4) |
+/// | the connection failed or broke (refused, reset, DNS) | [`ProviderFailure::transport`]: a `connection …`/`network error` message, classified `timeout` (REFERENCE a.7) |
+/// | a 2xx answer that is unusable (not JSON, a stream without events) | [`ProviderFailure::message`] `.with_status(status)` |
+/// | an SDK error with a code or type of its own | [`ProviderFailure::message`] `.with_code(…)`, [`ProviderFailure::with_error_type`] |
+///
+/// Then return it as [`AttemptError::Provider`] (or with `?`: it converts).
+/// A candidate that cannot take the request at all is not a provider
+/// failure: return [`AttemptError::Skip`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct ProviderFailure {
+    /// The HTTP status, when the provider answered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
+    /// An error code (`ETIMEDOUT`, `insufficient_quota`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
+    /// An error type (`rate_limit_error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_type: Option<String>,
+    /// The error's own text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// The response body, raw (JSON is parsed by the classifier).
@@ -58,12 +79,105 @@ pub struct ProviderFailure {
     pub reset_at: Option<u64>,
 }
 
+/// The text and type of an error body with the usual `{"error": "…"}` or
+/// `{"error": {"message", "type"}}` shape (OpenAI and Anthropic both).
+pub(crate) fn error_body_message(body: &str) -> Option<(String, Option<String>)> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    let err = v.get("error")?;
+    if let Some(s) = err.as_str() {
+        return Some((s.to_string(), None));
+    }
+    let msg = err.get("message")?.as_str()?.to_string();
+    let ty = err.get("type").and_then(Value::as_str).map(str::to_string);
+    Some((msg, ty))
+}
+
 impl ProviderFailure {
+    /// A failure with only a text.
     pub fn message(message: impl Into<String>) -> Self {
         ProviderFailure {
             message: Some(message.into()),
             ..Default::default()
         }
+    }
+
+    /// An HTTP error answer: `status`, the response `headers` (a
+    /// `retry-after-ms` or `retry-after` wait becomes [`reset_at`], against
+    /// `now_ms`, R6.7) and the `body` as received (lossy UTF-8; a blank
+    /// body is left out). The body's own `error.message`, when it has one,
+    /// becomes the message, so summaries read well; the classifier reads
+    /// the body either way.
+    ///
+    /// [`reset_at`]: ProviderFailure::reset_at
+    ///
+    /// ```
+    /// use failover::run::ProviderFailure;
+    ///
+    /// let f = ProviderFailure::from_http(
+    ///     429,
+    ///     [("Retry-After", "30")],
+    ///     br#"{"error":{"message":"slow down","type":"rate_limit_error"}}"#,
+    ///     1_000,
+    /// );
+    /// assert_eq!(f.status, Some(429));
+    /// assert_eq!(f.message.as_deref(), Some("slow down"));
+    /// assert_eq!(f.reset_at, Some(31_000));
+    /// ```
+    pub fn from_http<K: AsRef<str>, V: AsRef<str>>(
+        status: u16,
+        headers: impl IntoIterator<Item = (K, V)>,
+        body: &[u8],
+        now_ms: u64,
+    ) -> Self {
+        let headers: Vec<(K, V)> = headers.into_iter().collect();
+        let pairs: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_ref(), v.as_ref()))
+            .collect();
+        let reset_at = super::requested_wait(&pairs, now_ms)
+            .filter(|w| !w.is_zero())
+            .map(|w| now_ms.saturating_add(w.as_millis() as u64));
+        let text = String::from_utf8_lossy(body).into_owned();
+        let message = error_body_message(&text).map(|(m, _)| m);
+        ProviderFailure {
+            status: Some(status),
+            message,
+            body: (!text.trim().is_empty()).then_some(text),
+            reset_at,
+            ..Default::default()
+        }
+    }
+
+    /// No answer in time: `what` did not happen within `after` (`"no
+    /// first byte"`). Code `ETIMEDOUT`, which the default rules classify
+    /// as `timeout` (REFERENCE a.4).
+    pub fn timeout(what: &str, after: std::time::Duration) -> Self {
+        ProviderFailure::message(format!(
+            "upstream timed out: {what} within {} ms",
+            after.as_millis()
+        ))
+        .with_code("ETIMEDOUT")
+    }
+
+    /// The connection failed or broke before an answer: `what` says how
+    /// (`"connection refused or failed"`, `"connection reset while
+    /// reading the response"`, `"network error"`). The message reads
+    /// `upstream <what>`, which the default rules classify as `timeout`
+    /// (REFERENCE a.7). Never put a URL or header in `what`.
+    pub fn transport(what: &str) -> Self {
+        ProviderFailure::message(format!("upstream {what}"))
+    }
+
+    /// Sets an exact reset time the provider reported (epoch ms, R6.7).
+    pub fn with_reset_at(mut self, reset_at_ms: u64) -> Self {
+        self.reset_at = Some(reset_at_ms);
+        self
+    }
+
+    /// Sets the error type (`rate_limit_error`).
+    pub fn with_error_type(mut self, error_type: impl Into<String>) -> Self {
+        self.error_type = Some(error_type.into());
+        self
     }
 
     pub fn with_status(mut self, status: u16) -> Self {
@@ -121,6 +235,7 @@ impl std::error::Error for ProviderFailure {}
 
 /// What an attempt function returns instead of a value.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum AttemptError {
     /// The provider failed; the runner classifies it.
     Provider(ProviderFailure),
@@ -143,6 +258,7 @@ impl From<ProviderFailure> for AttemptError {
 /// How one attempt ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AttemptOutcome {
     Succeeded,
     Failed,
@@ -155,6 +271,7 @@ pub enum AttemptOutcome {
 /// One attempt (or skipped candidate) of a run (R14.1). Holds a profile
 /// *id*, never a secret; error texts are scrubbed of every stored secret.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct AttemptRecord {
     pub provider: String,
     pub model: String,
@@ -191,6 +308,7 @@ impl AttemptRecord {
 /// The kind of a `model_fallback_decision` event (REFERENCE g).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum DecisionKind {
     SkipCandidate,
     ProbeCooldownCandidate,
@@ -214,6 +332,7 @@ impl DecisionKind {
 /// `fallbackStepFinalOutcome` (REFERENCE g).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StepOutcome {
     NextFallback,
     Succeeded,
@@ -239,6 +358,7 @@ impl StepOutcome {
 /// One `model_fallback_decision` (R14.2), also emitted through `tracing`
 /// with the flat `fallbackStep*` fields.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Decision {
     pub decision: DecisionKind,
     /// `fallbackStepFromModel`.
@@ -262,6 +382,7 @@ pub struct Decision {
 /// content, never spoken, never a first reply slot.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Notice {
     /// `↪️ Model Fallback: <fallback> (selected <primary>; <reason>)`.
     FallbackStarted {
@@ -293,6 +414,7 @@ impl fmt::Display for Notice {
 
 /// A successful run.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct RunOutput<T> {
     /// The caller's value, untouched.
     pub value: T,
@@ -315,6 +437,7 @@ impl<T> RunOutput<T> {
 /// provider/model: error (reason) | …` (R16.9); with one attempt it is that
 /// attempt's error.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct FallbackSummaryError {
     pub attempts: Vec<AttemptRecord>,
     /// The soonest moment a candidate of the chain becomes usable, model
@@ -354,6 +477,7 @@ impl std::error::Error for FallbackSummaryError {}
 
 /// Why a run ended without a value.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunError {
     /// The error is surfaced as it is: a reason declared `stop` or
     /// `handoff` (R9.2, R9.3), an unrecognised error on the last candidate
@@ -373,6 +497,7 @@ pub enum RunError {
 
 /// A provider error handed back to the caller unchanged.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct SurfacedError {
     pub provider: String,
     pub model: String,
@@ -425,4 +550,74 @@ pub fn notices_json(notices: &[Notice]) -> Value {
             .map(|n| Value::String(n.to_string()))
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn reason(f: &ProviderFailure, provider: &str) -> String {
+        static ENGINE: std::sync::OnceLock<crate::classify::Engine> = std::sync::OnceLock::new();
+        let engine = ENGINE.get_or_init(crate::classify::Engine::builtin);
+        engine
+            .classify(&f.as_provider_error(provider, "m"))
+            .reason
+            .to_string()
+    }
+
+    // R6.7, REFERENCE a: an HTTP error answer keeps its status and body,
+    // takes the body's message and turns `retry-after` into a reset time;
+    // the default rules read it as the status says.
+    #[test]
+    fn from_http_reads_status_headers_and_body() {
+        let body = br#"{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}"#;
+        let f = ProviderFailure::from_http(
+            429,
+            vec![("retry-after-ms".to_string(), "1500".to_string())],
+            body,
+            10_000,
+        );
+        assert_eq!(f.status, Some(429));
+        assert_eq!(f.message.as_deref(), Some("Rate limit reached"));
+        assert_eq!(f.body.as_deref().map(str::as_bytes), Some(&body[..]));
+        assert_eq!(f.reset_at, Some(11_500));
+        assert_eq!(
+            f.error_type, None,
+            "the classifier reads the type from the body"
+        );
+        assert_eq!(reason(&f, "anthropic"), "rate_limit");
+        // No wait asked for, a blank body, not JSON: status only.
+        let f = ProviderFailure::from_http(503, [("retry-after", "0")], b"  \n", 0);
+        assert_eq!(
+            (f.reset_at, f.body.as_deref(), f.text()),
+            (None, None, "HTTP 503".into())
+        );
+        let f = ProviderFailure::from_http(502, Vec::<(&str, &str)>::new(), b"\xffbad gateway", 0);
+        assert_eq!(f.body.as_deref(), Some("\u{fffd}bad gateway"));
+        assert_eq!(f.message, None);
+    }
+
+    // REFERENCE a.4, a.7: the documented shapes of a timeout and of a
+    // transport failure are what the default rules call `timeout`.
+    #[test]
+    fn timeout_and_transport_failures_classify_as_timeout() {
+        let t = ProviderFailure::timeout("no first byte", Duration::from_secs(30));
+        assert_eq!(t.code.as_deref(), Some("ETIMEDOUT"));
+        assert_eq!(
+            t.text(),
+            "upstream timed out: no first byte within 30000 ms"
+        );
+        assert_eq!(reason(&t, "openai"), "timeout");
+        for what in [
+            "connection refused or failed",
+            "connection reset while reading the response",
+            "network error",
+            "timed out",
+        ] {
+            let f = ProviderFailure::transport(what);
+            assert_eq!(f.text(), format!("upstream {what}"));
+            assert_eq!(reason(&f, "openai"), "timeout", "{what}");
+        }
+    }
 }
