@@ -47,6 +47,7 @@ use std::path::Path;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_yaml::{Mapping, Value};
 
+use crate::auth::{CooldownPolicy, CredentialKind, ProfileMeta};
 use crate::diag::did_you_mean;
 use crate::load::{plain_io, read_regular, too_large};
 use crate::policy::model_ref::shown;
@@ -65,18 +66,6 @@ const SHOWN_LINE_CHARS: usize = 120;
 /// Problems past this many are still reported, but without a line number:
 /// placing each one re-reads the file.
 pub const LOCATED_PROBLEMS: usize = 32;
-
-/// `auth.cooldowns` defaults (SPEC R8.4, R8.5, R16.4; REFERENCE (c)).
-pub mod defaults {
-    pub const BILLING_BACKOFF_HOURS: f64 = 5.0;
-    pub const BILLING_MAX_HOURS: f64 = 24.0;
-    pub const FAILURE_WINDOW_HOURS: f64 = 24.0;
-    pub const OVERLOADED_PROFILE_ROTATIONS: u32 = 1;
-    pub const OVERLOADED_BACKOFF_MS: u64 = 0;
-    pub const RATE_LIMITED_PROFILE_ROTATIONS: u32 = 1;
-    pub const AUTH_PERMANENT_BACKOFF_MINUTES: f64 = 10.0;
-    pub const AUTH_PERMANENT_MAX_MINUTES: f64 = 60.0;
-}
 
 /// The parts of the gateway config that model failover reads.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -162,11 +151,12 @@ pub struct AgentConfig {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AuthConfig {
     /// `auth.profiles`, in file order.
-    pub profiles: Vec<AuthProfileMeta>,
+    pub profiles: Vec<ProfileMeta>,
     /// `auth.order`: provider id (lower-cased) → profile ids. An explicitly
     /// empty list is kept: it disables the provider.
     pub order: BTreeMap<String, Vec<String>>,
-    pub cooldowns: CooldownConfig,
+    /// `auth.cooldowns`, validated as it was read.
+    pub cooldowns: CooldownPolicy,
 }
 
 impl AgentsConfig {
@@ -176,67 +166,8 @@ impl AgentsConfig {
 }
 
 impl AuthConfig {
-    pub fn profile(&self, id: &str) -> Option<&AuthProfileMeta> {
+    pub fn profile(&self, id: &str) -> Option<&ProfileMeta> {
         self.profiles.iter().find(|p| p.id == id)
-    }
-}
-
-/// One `auth.profiles` entry: what the profile is, never its secret.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AuthProfileMeta {
-    /// `provider:default` or `provider:<email>` (SPEC R2.2).
-    pub id: String,
-    pub provider: String,
-    pub mode: Option<CredentialMode>,
-    pub email: Option<String>,
-}
-
-/// How a profile authenticates (`mode`, or `type`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CredentialMode {
-    ApiKey,
-    OAuth,
-    Token,
-}
-
-impl CredentialMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            CredentialMode::ApiKey => "api_key",
-            CredentialMode::OAuth => "oauth",
-            CredentialMode::Token => "token",
-        }
-    }
-}
-
-/// `auth.cooldowns`. `Default` gives the SPEC defaults.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CooldownConfig {
-    pub billing_backoff_hours: f64,
-    /// Provider id (lower-cased) → base billing backoff in hours.
-    pub billing_backoff_hours_by_provider: BTreeMap<String, f64>,
-    pub billing_max_hours: f64,
-    pub failure_window_hours: f64,
-    pub overloaded_profile_rotations: u32,
-    pub overloaded_backoff_ms: u64,
-    pub rate_limited_profile_rotations: u32,
-    pub auth_permanent_backoff_minutes: f64,
-    pub auth_permanent_max_minutes: f64,
-}
-
-impl Default for CooldownConfig {
-    fn default() -> Self {
-        CooldownConfig {
-            billing_backoff_hours: defaults::BILLING_BACKOFF_HOURS,
-            billing_backoff_hours_by_provider: BTreeMap::new(),
-            billing_max_hours: defaults::BILLING_MAX_HOURS,
-            failure_window_hours: defaults::FAILURE_WINDOW_HOURS,
-            overloaded_profile_rotations: defaults::OVERLOADED_PROFILE_ROTATIONS,
-            overloaded_backoff_ms: defaults::OVERLOADED_BACKOFF_MS,
-            rate_limited_profile_rotations: defaults::RATE_LIMITED_PROFILE_ROTATIONS,
-            auth_permanent_backoff_minutes: defaults::AUTH_PERMANENT_BACKOFF_MINUTES,
-            auth_permanent_max_minutes: defaults::AUTH_PERMANENT_MAX_MINUTES,
-        }
     }
 }
 
@@ -1086,7 +1017,7 @@ impl Reader {
         })
     }
 
-    fn profiles(&mut self, v: &Value) -> Vec<AuthProfileMeta> {
+    fn profiles(&mut self, v: &Value) -> Vec<ProfileMeta> {
         let Some(map) = self.mapping(v) else {
             return Vec::new();
         };
@@ -1103,7 +1034,7 @@ impl Reader {
         out
     }
 
-    fn profile(&mut self, id: &str, v: &Value) -> Option<AuthProfileMeta> {
+    fn profile(&mut self, id: &str, v: &Value) -> Option<ProfileMeta> {
         let map = self.mapping(v)?;
         const META: [&str; 4] = ["provider", "mode", "type", "email"];
         const MODES: [&str; 3] = ["api_key", "oauth", "token"];
@@ -1142,9 +1073,9 @@ impl Reader {
                         return;
                     };
                     mode = match s.as_str() {
-                        "api_key" => Some(CredentialMode::ApiKey),
-                        "oauth" => Some(CredentialMode::OAuth),
-                        "token" => Some(CredentialMode::Token),
+                        "api_key" => Some(CredentialKind::ApiKey),
+                        "oauth" => Some(CredentialKind::OAuth),
+                        "token" => Some(CredentialKind::Token),
                         // The value is never echoed, whatever its shape: a
                         // mode field is where a pasted credential lands, and
                         // no shape test can tell a secret from a word (a
@@ -1195,12 +1126,11 @@ impl Reader {
                     .to_string(),
             });
         }
-        Some(AuthProfileMeta {
-            id: id.to_string(),
-            provider,
-            mode,
-            email,
-        })
+        Some(
+            ProfileMeta::new(id, provider)
+                .with_mode(mode)
+                .with_email(email),
+        )
     }
 
     fn order(&mut self, v: &Value) -> BTreeMap<String, Vec<String>> {
@@ -1249,11 +1179,25 @@ impl Reader {
         out
     }
 
-    fn cooldowns(&mut self, v: &Value) -> CooldownConfig {
-        let mut c = CooldownConfig::default();
+    fn cooldowns(&mut self, v: &Value) -> CooldownPolicy {
         let Some(map) = self.mapping(v) else {
-            return c;
+            return CooldownPolicy::new();
         };
+        // The figures as written (hours, minutes), for the cap checks and
+        // their messages; unset ones are the policy's defaults.
+        let d = CooldownPolicy::new();
+        let in_hours = |d: std::time::Duration| d.as_secs_f64() / 3600.0;
+        let in_minutes = |d: std::time::Duration| d.as_secs_f64() / 60.0;
+        let mut billing_backoff_hours = in_hours(d.billing_backoff());
+        let mut billing_max_hours = in_hours(d.billing_max());
+        let mut failure_window_hours = in_hours(d.failure_window());
+        let mut auth_permanent_backoff_minutes = in_minutes(d.auth_permanent_backoff());
+        let mut auth_permanent_max_minutes = in_minutes(d.auth_permanent_max());
+        let mut overloaded_profile_rotations = crate::auth::DEFAULT_OVERLOADED_PROFILE_ROTATIONS;
+        let mut rate_limited_profile_rotations =
+            crate::auth::DEFAULT_RATE_LIMITED_PROFILE_ROTATIONS;
+        let mut overloaded_backoff = crate::auth::DEFAULT_OVERLOADED_BACKOFF;
+        let mut by_provider = Vec::new();
         let known = [
             "billingBackoffHours",
             "billingBackoffHoursByProvider",
@@ -1267,20 +1211,20 @@ impl Reader {
         ];
         for (k, v) in self.entries(map, &known) {
             self.key(k, |r| match k {
-                "billingBackoffHours" => r.positive(v, &mut c.billing_backoff_hours),
-                "billingMaxHours" => r.positive(v, &mut c.billing_max_hours),
-                "failureWindowHours" => r.positive(v, &mut c.failure_window_hours),
-                "authPermanentBackoffMinutes" => {
-                    r.positive(v, &mut c.auth_permanent_backoff_minutes)
-                }
-                "authPermanentMaxMinutes" => r.positive(v, &mut c.auth_permanent_max_minutes),
+                "billingBackoffHours" => r.positive(v, &mut billing_backoff_hours),
+                "billingMaxHours" => r.positive(v, &mut billing_max_hours),
+                "failureWindowHours" => r.positive(v, &mut failure_window_hours),
+                "authPermanentBackoffMinutes" => r.positive(v, &mut auth_permanent_backoff_minutes),
+                "authPermanentMaxMinutes" => r.positive(v, &mut auth_permanent_max_minutes),
                 "overloadedProfileRotations" => r.count(v, u32::MAX.into(), |n| {
-                    c.overloaded_profile_rotations = n as u32
+                    overloaded_profile_rotations = n as u32
                 }),
                 "rateLimitedProfileRotations" => r.count(v, u32::MAX.into(), |n| {
-                    c.rate_limited_profile_rotations = n as u32
+                    rate_limited_profile_rotations = n as u32
                 }),
-                "overloadedBackoffMs" => r.count(v, u64::MAX, |n| c.overloaded_backoff_ms = n),
+                "overloadedBackoffMs" => r.count(v, u64::MAX, |n| {
+                    overloaded_backoff = std::time::Duration::from_millis(n)
+                }),
                 _ => {
                     let Some(map) = r.mapping(v) else { return };
                     for (k, v) in map {
@@ -1291,28 +1235,47 @@ impl Reader {
                         let mut hours = f64::NAN;
                         r.key(provider, |r| r.positive(v, &mut hours));
                         if hours.is_finite() {
-                            c.billing_backoff_hours_by_provider
-                                .insert(provider.trim().to_ascii_lowercase(), hours);
+                            by_provider.push((provider.trim().to_ascii_lowercase(), hours));
                         }
                     }
                 }
             });
         }
-        if c.billing_max_hours < c.billing_backoff_hours {
+        if billing_max_hours < billing_backoff_hours {
             self.key("billingMaxHours", |r| {
                 r.warn(format!(
                     "the cap ({} h) is below the base billing backoff ({} h); every billing disable lasts {} h",
-                    c.billing_max_hours, c.billing_backoff_hours, c.billing_max_hours
+                    billing_max_hours, billing_backoff_hours, billing_max_hours
                 ))
             });
         }
-        if c.auth_permanent_max_minutes < c.auth_permanent_backoff_minutes {
+        if auth_permanent_max_minutes < auth_permanent_backoff_minutes {
             self.key("authPermanentMaxMinutes", |r| {
                 r.warn(format!(
                     "the cap ({} min) is below the base backoff ({} min)",
-                    c.auth_permanent_max_minutes, c.auth_permanent_backoff_minutes
+                    auth_permanent_max_minutes, auth_permanent_backoff_minutes
                 ))
             });
+        }
+        // Every figure passed `positive` (finite, above zero), so each
+        // converts; a default stands in for the impossible failure.
+        let hours = |h: f64, or| CooldownPolicy::hours(h).unwrap_or(or);
+        let minutes = |m: f64, or| CooldownPolicy::minutes(m).unwrap_or(or);
+        let base = hours(billing_backoff_hours, d.billing_backoff());
+        let mut c = CooldownPolicy::new()
+            .with_billing_backoff(base)
+            .with_billing_max(hours(billing_max_hours, d.billing_max()))
+            .with_failure_window(hours(failure_window_hours, d.failure_window()))
+            .with_auth_permanent_backoff(minutes(
+                auth_permanent_backoff_minutes,
+                d.auth_permanent_backoff(),
+            ))
+            .with_auth_permanent_max(minutes(auth_permanent_max_minutes, d.auth_permanent_max()))
+            .with_overloaded_profile_rotations(overloaded_profile_rotations)
+            .with_rate_limited_profile_rotations(rate_limited_profile_rotations)
+            .with_overloaded_backoff(overloaded_backoff);
+        for (provider, h) in by_provider {
+            c = c.with_billing_backoff_for(provider, hours(h, base));
         }
         c
     }
@@ -1559,7 +1522,9 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compile::reasons::RotationBudget;
     use crate::redact::{key_words, random_token};
+    use std::time::Duration;
 
     /// Nesting past the limit is refused before the YAML parser sees it
     /// (that parser takes quadratic time on deep input), with line:col.
@@ -1658,38 +1623,52 @@ auth:
         let researcher = a.agent("researcher").unwrap().model.as_ref().unwrap();
         assert_eq!(researcher.fallbacks.as_ref().map(Vec::len), Some(1));
         let me = c.auth.profile("anthropic:me@example.com").unwrap();
-        assert_eq!(me.mode, Some(CredentialMode::OAuth));
+        assert_eq!(me.mode, Some(CredentialKind::OAuth));
         assert_eq!(me.email.as_deref(), Some("me@example.com"));
         assert_eq!(
             c.auth.profile("openai:default").unwrap().mode,
-            Some(CredentialMode::ApiKey)
+            Some(CredentialKind::ApiKey)
         );
         assert_eq!(c.auth.order["openai"], ["openai:default"]);
         assert_eq!(c.auth.order["anthropic"], Vec::<String>::new());
         let cd = &c.auth.cooldowns;
-        assert_eq!(cd.billing_backoff_hours, 2.5);
-        assert_eq!(cd.billing_backoff_hours_by_provider["openrouter"], 1.0);
-        assert_eq!(cd.overloaded_profile_rotations, 3);
-        assert_eq!(cd.overloaded_backoff_ms, 250);
+        let hours = |h: u64| Duration::from_secs(h * 3600);
+        assert_eq!(cd.billing_backoff(), Duration::from_secs(9000));
+        assert_eq!(cd.billing_backoff_for("openrouter"), hours(1));
+        assert_eq!(cd.rotations(RotationBudget::Overloaded), 3);
+        assert_eq!(
+            cd.rotation_backoff(RotationBudget::Overloaded),
+            Duration::from_millis(250)
+        );
         // Unset keys keep their defaults.
-        assert_eq!(cd.billing_max_hours, 24.0);
-        assert_eq!(cd.rate_limited_profile_rotations, 1);
+        assert_eq!(cd.billing_max(), hours(24));
+        assert_eq!(cd.rotations(RotationBudget::RateLimited), 1);
     }
 
     // R8.4, R8.5, R16.4: the documented cooldown defaults.
     #[test]
     fn r8_4_cooldown_defaults() {
-        let c = CooldownConfig::default();
-        assert_eq!(c.billing_backoff_hours, 5.0);
-        assert!(c.billing_backoff_hours_by_provider.is_empty());
-        assert_eq!(c.billing_max_hours, 24.0);
-        assert_eq!(c.failure_window_hours, 24.0);
-        assert_eq!(c.overloaded_profile_rotations, 1);
-        assert_eq!(c.overloaded_backoff_ms, 0);
-        assert_eq!(c.rate_limited_profile_rotations, 1);
-        assert_eq!(c.auth_permanent_backoff_minutes, 10.0);
-        assert_eq!(c.auth_permanent_max_minutes, 60.0);
+        let c = CooldownPolicy::default();
+        let (hours, minutes) = (
+            |h: u64| Duration::from_secs(h * 3600),
+            |m: u64| Duration::from_secs(m * 60),
+        );
+        assert_eq!(c.billing_backoff(), hours(5));
+        assert_eq!(c.billing_backoff_by_provider().count(), 0);
+        assert_eq!(c.billing_max(), hours(24));
+        assert_eq!(c.failure_window(), hours(24));
+        assert_eq!(c.rotations(RotationBudget::Overloaded), 1);
+        assert_eq!(
+            c.rotation_backoff(RotationBudget::Overloaded),
+            Duration::ZERO
+        );
+        assert_eq!(c.rotations(RotationBudget::RateLimited), 1);
+        assert_eq!(c.auth_permanent_backoff(), minutes(10));
+        assert_eq!(c.auth_permanent_max(), minutes(60));
         assert_eq!(read("auth: {}").config.auth.cooldowns, c);
+        // Written out, the defaults read back as the same policy.
+        let written = "auth:\n  cooldowns:\n    billingBackoffHours: 5\n    billingMaxHours: 24\n    failureWindowHours: 24\n    authPermanentBackoffMinutes: 10\n    authPermanentMaxMinutes: 60\n    overloadedProfileRotations: 1\n    overloadedBackoffMs: 0\n    rateLimitedProfileRotations: 1\n";
+        assert_eq!(read(written).config.auth.cooldowns, c);
     }
 
     #[test]

@@ -12,7 +12,10 @@
 //! | [`AttemptError`] | what an attempt closure returns for one candidate |
 //! | [`StoreError`] | a [`Store`](crate::Store) that cannot read or write its state |
 //! | [`ModelRefError`] | [`ModelRef::parse`](crate::ModelRef::parse) |
+//! | [`RoutingError`] | [`Runner::new`](crate::Runner::new): `auth.profiles` that cannot be routed |
+//! | [`PolicyError`] | [`CooldownPolicy::hours`](crate::CooldownPolicy::hours) and friends: a length that is not one |
 
+pub use crate::auth::{PolicyError, RoutingError};
 pub use crate::classify::RulesError;
 pub use crate::config::ConfigError;
 pub use crate::diag::{Code, Diagnostic, Diagnostics, Note, Severity};

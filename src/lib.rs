@@ -101,13 +101,14 @@ pub mod errors;
 pub use classify::{Body, Classification, Engine, Explanation, ProviderError, Rules, Scratch};
 
 pub use config::{Format, GatewayConfig};
-pub use policy::ModelRef;
+pub use policy::{CronPayload, ModelKind, ModelRef};
 
-pub use auth::CooldownPolicy;
+pub use auth::{CooldownPolicy, ProfileMeta};
+pub use compile::DisableLane;
 pub use run::{
     Attempt, AttemptError, AttemptOutcome, AttemptRecord, Decision, DecisionKind,
     FallbackSummaryError, Notice, ProviderFailure, RunError, RunOutput, RunRequest, Runner,
-    StepOutcome, SurfacedError,
+    StepOutcome, SurfacedError, SKIP_TTL_ENV, TRACING_TARGET,
 };
 pub use store::{AsyncStore, Store};
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use failover::auth::{order_profiles, AuthRouting, ProfileMeta};
+use failover::auth::{order_profiles, AuthRouting, ProfileMeta, RoutingError};
 use failover::store::{FileStore, ManualClock, Store, StoreExt};
 
 const NOW: u64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
@@ -198,13 +198,13 @@ fn configured_profile_without_provider_is_refused() {
         e.to_string(),
         "auth profile `work-account` has no provider: set `provider` or name it `provider:name`"
     );
-    let meta = ProfileMeta {
-        id: "work-account".into(),
-        provider: String::new(),
-        mode: None,
-        email: None,
-    };
-    assert!(AuthRouting::new(vec![meta], BTreeMap::new()).is_err());
+    let meta = ProfileMeta::new("work-account", "");
+    assert_eq!(
+        AuthRouting::new(vec![meta], BTreeMap::new()),
+        Err(RoutingError::NoProvider {
+            id: "work-account".into()
+        })
+    );
 }
 
 // An unreadable state directory is an error with the path, not a panic.

@@ -154,16 +154,17 @@ fn r6_7_subscription_with_backup() {
             );
         })
         .unwrap();
-    let routing = AuthRouting {
-        order: BTreeMap::from([(
+    let routing = AuthRouting::new(
+        Vec::new(),
+        BTreeMap::from([(
             "openai".into(),
             vec![
                 "openai:user@example.com".into(),
                 "openai:api-key-backup".into(),
             ],
         )]),
-        ..Default::default()
-    };
+    )
+    .unwrap();
     let route = |now: u64| {
         let profiles = store.load_profiles().unwrap();
         let state = store.load_state().unwrap();
@@ -275,6 +276,7 @@ proptest! {
                             match block {
                                 Block::Cooling { until, .. } => prop_assert_eq!(Some(until), before.cooldown_until),
                                 Block::Disabled { until, .. } => prop_assert_eq!(Some(until), before.disabled_until),
+                                other => prop_assert!(false, "a block this test does not know: {other:?}"),
                             }
                         }
                         FailureEffect::Started(Block::Cooling { until, .. }) => {
@@ -286,6 +288,7 @@ proptest! {
                             prop_assert!(until > now && until - now <= cap, "R8.4/R16.4 cap");
                             prop_assert!(before.disabled_until.is_none_or(|u| u <= now));
                         }
+                        other => prop_assert!(false, "an effect this test does not know: {other:?}"),
                     }
                 }
             }

@@ -58,6 +58,7 @@ pub fn cooldown_ms(error_count: u32) -> u64 {
 
 /// What blocks a profile for a model right now.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Block {
     Cooling {
         until: u64,
@@ -153,6 +154,7 @@ pub struct Failure<'a> {
 
 /// What [`record_failure`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FailureEffect {
     /// The reason neither cools down nor disables: nothing recorded.
     Ignored,
@@ -455,11 +457,10 @@ mod tests {
     // to wrap around to an instant in the past (no disable at all).
     #[test]
     fn huge_billing_backoff_saturates_instead_of_wrapping() {
-        let policy = CooldownPolicy {
-            billing_backoff_hours: 1e16,
-            billing_max_hours: 1e16,
-            ..CooldownPolicy::default()
-        };
+        let huge = CooldownPolicy::hours(1e16).unwrap();
+        let policy = CooldownPolicy::new()
+            .with_billing_backoff(huge)
+            .with_billing_max(huge);
         let mut s = AuthState::default();
         let f = Failure {
             reason: "billing",
@@ -478,10 +479,8 @@ mod tests {
     // R8.4: per-provider billing base.
     #[test]
     fn r8_4_billing_base_per_provider() {
-        let mut policy = CooldownPolicy::default();
-        policy
-            .billing_backoff_hours_by_provider
-            .insert("OpenAI".into(), 1.0);
+        let policy = CooldownPolicy::new()
+            .with_billing_backoff_for("OpenAI", CooldownPolicy::hours(1.0).unwrap());
         let mut s = AuthState::default();
         let b = lane(DisableLane::Billing);
         let f = Failure {

@@ -23,8 +23,8 @@
 //!   primary may be probed anyway (R16.1–R16.3).
 //!
 //! Config inputs arrive as plain values ([`AuthRouting`],
-//! [`CooldownPolicy`]) validated when built; the config-file parser maps
-//! onto them. [`mark_failure`] and [`mark_success`] apply the arithmetic to
+//! [`CooldownPolicy`], [`ProfileMeta`]) valid by construction; the
+//! config-file reader builds them directly. [`mark_failure`] and [`mark_success`] apply the arithmetic to
 //! a [`Store`] in one locked read-modify-write.
 //!
 //! Worked example: `auth.order.openai = ["openai:me@x.io",
@@ -38,6 +38,7 @@
 
 mod cooldown;
 mod order;
+mod policy;
 mod probe;
 mod sticky;
 
@@ -48,6 +49,12 @@ pub use cooldown::{
     Failure, FailureEffect, COOLDOWN_BASE_MS, COOLDOWN_CAP_MS, COOLDOWN_FACTOR, DISABLE_FLOOR_MS,
 };
 pub use order::{order_profiles, Excluded, OrderSource, OrderedProfile, ProfileOrder};
+pub use policy::{
+    CooldownPolicy, PolicyError, DEFAULT_AUTH_PERMANENT_BACKOFF, DEFAULT_AUTH_PERMANENT_MAX,
+    DEFAULT_BILLING_BACKOFF, DEFAULT_BILLING_MAX, DEFAULT_FAILURE_WINDOW,
+    DEFAULT_OVERLOADED_BACKOFF, DEFAULT_OVERLOADED_PROFILE_ROTATIONS,
+    DEFAULT_RATE_LIMITED_PROFILE_ROTATIONS,
+};
 pub use probe::{
     disabled_probe_allowed, probe_uses_transient_slot, probe_window_open, ProbeThrottle,
     PROBE_MARGIN_MS, PROBE_THROTTLE_KEYS, PROBE_THROTTLE_MS, PROBE_THROTTLE_TTL_MS,
@@ -56,38 +63,71 @@ pub use sticky::{
     apply_pin_change, choose_session_profile, pin_user_profile, PinChange, ProfileChoice,
 };
 
-use crate::compile::reasons::{DisableLane, RotationBudget};
-use crate::store::{
-    normalize_provider, provider_of_id, CredentialKind, Store, StoreError, StoreExt, HOUR_MS,
-    MINUTE_MS,
-};
+pub use crate::store::CredentialKind;
+use crate::store::{normalize_provider, provider_of_id, Store, StoreError, StoreExt};
 
-/// A configuration problem in [`AuthRouting`] or [`CooldownPolicy`].
+/// Why the config's `auth.profiles` (or a [`ProfileMeta`] from an id) were refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+#[non_exhaustive]
+pub enum RoutingError {
+    /// The profile names no provider (and its id has no `provider:` part).
+    #[error("auth profile `{id}` has no provider: set `provider` or name it `provider:name`")]
+    NoProvider {
+        /// The profile id.
+        id: String,
+    },
+    /// Two `auth.profiles` entries share an id.
+    #[error("auth profile `{id}` is configured twice")]
+    DuplicateProfile {
+        /// The profile id.
+        id: String,
+    },
+}
 
-/// One `auth.profiles` entry: metadata only, never a secret (R5.3).
+/// One `auth.profiles` entry: metadata only, never a secret (R5.3). The
+/// config file's reader builds it; in code, [`ProfileMeta::new`] or
+/// [`ProfileMeta::from_id`] and the `with_*` methods.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ProfileMeta {
+    /// `provider:default` or `provider:<email>` (SPEC R2.2).
     pub id: String,
+    /// The provider id, lower-cased.
     pub provider: String,
-    /// `mode`: the credential type this profile must have. `oauth` also
-    /// accepts a `token` credential (REFERENCE b).
+    /// `mode` (or `type`): the credential type this profile must have.
+    /// `oauth` also accepts a `token` credential (REFERENCE b).
     pub mode: Option<CredentialKind>,
+    /// `email`, informational.
     pub email: Option<String>,
 }
 
 impl ProfileMeta {
-    /// A profile whose provider is the id's prefix (`openai:default`).
-    pub fn from_id(id: &str) -> Result<Self, ConfigError> {
-        let provider = provider_of_id(id).ok_or_else(|| no_provider(id))?;
-        Ok(ProfileMeta {
+    /// A profile `id` of `provider`, any credential type.
+    pub fn new(id: impl Into<String>, provider: impl Into<String>) -> Self {
+        ProfileMeta {
             id: id.into(),
             provider: provider.into(),
             mode: None,
             email: None,
-        })
+        }
+    }
+
+    /// A profile whose provider is the id's prefix (`openai:default`).
+    pub fn from_id(id: &str) -> Result<Self, RoutingError> {
+        let provider = provider_of_id(id).ok_or_else(|| no_provider(id))?;
+        Ok(ProfileMeta::new(id, provider))
+    }
+
+    /// Requires a credential of `mode` (see [`ProfileMeta::accepts`]).
+    pub fn with_mode(mut self, mode: Option<CredentialKind>) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets the informational e-mail address.
+    pub fn with_email(mut self, email: Option<String>) -> Self {
+        self.email = email;
+        self
     }
 
     /// Whether a stored credential of `kind` satisfies this profile's mode.
@@ -102,14 +142,13 @@ impl ProfileMeta {
     }
 }
 
-fn no_provider(id: &str) -> ConfigError {
-    ConfigError(format!(
-        "auth profile `{id}` has no provider: set `provider` or name it `provider:name`"
-    ))
+fn no_provider(id: &str) -> RoutingError {
+    RoutingError::NoProvider { id: id.into() }
 }
 
 /// `auth.profiles` and `auth.order` (R5.3, R6.1).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AuthRouting {
     pub profiles: Vec<ProfileMeta>,
     /// Explicit order per provider; an empty list disables the provider.
@@ -121,17 +160,14 @@ impl AuthRouting {
     pub fn new(
         profiles: Vec<ProfileMeta>,
         order: BTreeMap<String, Vec<String>>,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, RoutingError> {
         let mut seen = std::collections::BTreeSet::new();
         for p in &profiles {
             if p.provider.trim().is_empty() {
                 return Err(no_provider(&p.id));
             }
             if !seen.insert(p.id.as_str()) {
-                return Err(ConfigError(format!(
-                    "auth profile `{}` is configured twice",
-                    p.id
-                )));
+                return Err(RoutingError::DuplicateProfile { id: p.id.clone() });
             }
         }
         Ok(AuthRouting { profiles, order })
@@ -148,116 +184,6 @@ impl AuthRouting {
             .iter()
             .find(|(k, _)| normalize_provider(k) == want)
             .map(|(_, v)| v.as_slice())
-    }
-}
-
-/// `auth.cooldowns` (R8.4, R8.5, R16.4, R16.6). Fractional hours and
-/// minutes are allowed.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CooldownPolicy {
-    pub billing_backoff_hours: f64,
-    pub billing_backoff_hours_by_provider: BTreeMap<String, f64>,
-    pub billing_max_hours: f64,
-    pub failure_window_hours: f64,
-    pub auth_permanent_backoff_minutes: f64,
-    pub auth_permanent_max_minutes: f64,
-    pub overloaded_profile_rotations: u32,
-    pub overloaded_backoff_ms: u64,
-    pub rate_limited_profile_rotations: u32,
-}
-
-impl Default for CooldownPolicy {
-    fn default() -> Self {
-        CooldownPolicy {
-            billing_backoff_hours: 5.0,
-            billing_backoff_hours_by_provider: BTreeMap::new(),
-            billing_max_hours: 24.0,
-            failure_window_hours: 24.0,
-            auth_permanent_backoff_minutes: 10.0,
-            auth_permanent_max_minutes: 60.0,
-            overloaded_profile_rotations: 1,
-            overloaded_backoff_ms: 0,
-            rate_limited_profile_rotations: 1,
-        }
-    }
-}
-
-fn to_ms(amount: f64, unit_ms: u64) -> u64 {
-    (amount * unit_ms as f64).round() as u64
-}
-
-impl CooldownPolicy {
-    /// Checks every duration is a finite, non-negative number.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let mut fields: Vec<(String, f64)> = vec![
-            ("billingBackoffHours".into(), self.billing_backoff_hours),
-            ("billingMaxHours".into(), self.billing_max_hours),
-            ("failureWindowHours".into(), self.failure_window_hours),
-            (
-                "authPermanentBackoffMinutes".into(),
-                self.auth_permanent_backoff_minutes,
-            ),
-            (
-                "authPermanentMaxMinutes".into(),
-                self.auth_permanent_max_minutes,
-            ),
-        ];
-        for (p, h) in &self.billing_backoff_hours_by_provider {
-            fields.push((format!("billingBackoffHoursByProvider.{p}"), *h));
-        }
-        for (name, v) in fields {
-            if !v.is_finite() || v < 0.0 {
-                return Err(ConfigError(format!(
-                    "`auth.cooldowns.{name}` must be a non-negative number"
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    pub fn failure_window_ms(&self) -> u64 {
-        to_ms(self.failure_window_hours, HOUR_MS)
-    }
-
-    /// How long the `n`-th failure (1-based, within the failure window) on
-    /// `lane` disables a profile of `provider`.
-    pub fn disable_ms(&self, lane: DisableLane, provider: &str, n: u32) -> u64 {
-        let (base, max) = match lane {
-            DisableLane::Billing => {
-                let want = normalize_provider(provider);
-                let hours = self
-                    .billing_backoff_hours_by_provider
-                    .iter()
-                    .find(|(k, _)| normalize_provider(k) == want)
-                    .map_or(self.billing_backoff_hours, |(_, h)| *h);
-                (
-                    to_ms(hours, HOUR_MS),
-                    to_ms(self.billing_max_hours, HOUR_MS),
-                )
-            }
-            DisableLane::AuthPermanent => (
-                to_ms(self.auth_permanent_backoff_minutes, MINUTE_MS),
-                to_ms(self.auth_permanent_max_minutes, MINUTE_MS),
-            ),
-        };
-        cooldown::lane_ms(base, max, n)
-    }
-
-    /// Profile rotations allowed inside a provider before model fallback
-    /// (R8.5).
-    pub fn rotations(&self, budget: RotationBudget) -> u32 {
-        match budget {
-            RotationBudget::Overloaded => self.overloaded_profile_rotations,
-            RotationBudget::RateLimited => self.rate_limited_profile_rotations,
-        }
-    }
-
-    /// Pause before a rotation under `budget` (R8.5).
-    pub fn rotation_backoff_ms(&self, budget: RotationBudget) -> u64 {
-        match budget {
-            RotationBudget::Overloaded => self.overloaded_backoff_ms,
-            RotationBudget::RateLimited => 0,
-        }
     }
 }
 
@@ -293,42 +219,6 @@ pub fn mark_probe(store: &dyn Store, profile_id: &str, now_ms: u64) -> Result<()
 mod tests {
     use super::*;
 
-    #[test]
-    fn r8_4_r8_5_defaults() {
-        let p = CooldownPolicy::default();
-        assert!(p.validate().is_ok());
-        assert_eq!(p.disable_ms(DisableLane::Billing, "x", 1), 5 * HOUR_MS);
-        assert_eq!(
-            p.disable_ms(DisableLane::AuthPermanent, "x", 1),
-            10 * MINUTE_MS
-        );
-        assert_eq!(p.failure_window_ms(), 24 * HOUR_MS);
-        assert_eq!(p.rotations(RotationBudget::Overloaded), 1);
-        assert_eq!(p.rotations(RotationBudget::RateLimited), 1);
-        assert_eq!(p.rotation_backoff_ms(RotationBudget::Overloaded), 0);
-    }
-
-    #[test]
-    fn invalid_policy_is_refused_with_the_key() {
-        let p = CooldownPolicy {
-            billing_max_hours: f64::NAN,
-            ..Default::default()
-        };
-        assert_eq!(
-            p.validate().unwrap_err().to_string(),
-            "`auth.cooldowns.billingMaxHours` must be a non-negative number"
-        );
-    }
-
-    #[test]
-    fn zero_base_is_floored() {
-        let p = CooldownPolicy {
-            billing_backoff_hours: 0.0,
-            ..Default::default()
-        };
-        assert_eq!(p.disable_ms(DisableLane::Billing, "x", 1), DISABLE_FLOOR_MS);
-    }
-
     // Bad input: a configured profile id without a provider.
     #[test]
     fn profile_without_provider_is_refused() {
@@ -337,12 +227,7 @@ mod tests {
             e,
             "auth profile `lonely` has no provider: set `provider` or name it `provider:name`"
         );
-        let meta = ProfileMeta {
-            id: "x".into(),
-            provider: " ".into(),
-            mode: None,
-            email: None,
-        };
+        let meta = ProfileMeta::new("x", " ");
         assert!(AuthRouting::new(vec![meta], BTreeMap::new()).is_err());
         let a = ProfileMeta::from_id("openai:a").unwrap();
         assert!(AuthRouting::new(vec![a.clone(), a], BTreeMap::new())

@@ -40,6 +40,7 @@ use super::AuthRouting;
 
 /// Where the base list came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OrderSource {
     /// `order[provider]` in `auth-state.json`.
     StoredOrder,
@@ -68,6 +69,7 @@ impl OrderSource {
 
 /// One profile in the order.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OrderedProfile {
     pub id: String,
     pub kind: CredentialKind,
@@ -77,6 +79,7 @@ pub struct OrderedProfile {
 
 /// A listed profile left out of the order, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Excluded {
     Missing {
         id: String,
@@ -129,6 +132,7 @@ impl fmt::Display for Excluded {
 
 /// The rotation order of one provider.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ProfileOrder {
     pub provider: String,
     pub source: OrderSource,

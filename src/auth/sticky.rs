@@ -34,6 +34,7 @@ use super::order::ProfileOrder;
 
 /// What to do with the session's pin.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PinChange {
     Keep,
     /// Pin `id` as an auto preference, at `compaction_count`.
@@ -45,6 +46,7 @@ pub enum PinChange {
 
 /// The profiles a run should try inside one provider.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ProfileChoice {
     /// In order; empty when nothing can be tried now (all blocked, or a
     /// user-pinned profile that is gone).

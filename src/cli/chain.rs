@@ -13,7 +13,7 @@ use crate::diag::MAX_COLUMN;
 use crate::load::{self, UsageError};
 use crate::policy::{
     build_chain, CandidateChain, ChainRequest, CronPayload, FallbackList, ModelKind, ModelRef,
-    OverrideSource, SelectionSource, SelectionTarget, SessionOverride, Why,
+    OverrideKind, SelectionSource, SelectionTarget, SessionOverride, Why,
 };
 
 const PRECEDENCE: &str = "\
@@ -110,9 +110,9 @@ fn request(args: &ChainArgs) -> Result<ChainRequest, UsageError> {
         (Some(m), Some(source)) => Some(SessionOverride {
             model: model_flag("session-override", m)?,
             source: match source {
-                SourceArg::User => OverrideSource::User,
-                SourceArg::Auto => OverrideSource::Auto,
-                SourceArg::Legacy => OverrideSource::Legacy,
+                SourceArg::User => OverrideKind::User,
+                SourceArg::Auto => OverrideKind::Auto,
+                SourceArg::Legacy => OverrideKind::Legacy,
             },
         }),
         _ => None,

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::CmdResult;
 use crate::auth::{block_for, order_profiles, AuthRouting, Block, Excluded, ProfileOrder};
 use crate::load::UsageError;
-use crate::run::routing_from_config;
+use crate::run::routing_of;
 use crate::store::{
     format_span, format_utc, normalize_provider, open_docs, AuthProfiles, AuthState, Clock,
     FileStore, SessionEntry, SessionStore, Store, SystemClock, DEFAULT_AGENT,
@@ -72,7 +72,7 @@ pub fn run(args: &StatusArgs) -> CmdResult {
         Some(path) => {
             let config = super::load_config(path)?;
             (
-                routing_from_config(&config).map_err(|e| UsageError(e.to_string()))?,
+                routing_of(&config).map_err(|e| UsageError(e.to_string()))?,
                 config.state,
             )
         }

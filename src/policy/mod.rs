@@ -74,9 +74,13 @@ pub enum ModelKind {
     Image,
 }
 
-/// Where a session override came from (`modelOverrideSource`).
+/// What kind of model override a session carries, as the chain sees it:
+/// the stored `modelOverrideSource` plus the legacy case of no source at
+/// all, which selects differently (R3, legacy row). Not
+/// [`store::OverrideSource`](crate::store::OverrideSource), the two-valued
+/// field as stored (which also tags auth-profile pins).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OverrideSource {
+pub enum OverrideKind {
     /// Written by the runner on fallback (`"auto"`).
     Auto,
     /// `/model`, the model picker, `sessions.patch` (`"user"`).
@@ -85,12 +89,12 @@ pub enum OverrideSource {
     Legacy,
 }
 
-impl OverrideSource {
+impl OverrideKind {
     pub fn selection_source(self) -> SelectionSource {
         match self {
-            OverrideSource::Auto => SelectionSource::AutoOverride,
-            OverrideSource::User => SelectionSource::UserOverride,
-            OverrideSource::Legacy => SelectionSource::LegacyOverride,
+            OverrideKind::Auto => SelectionSource::AutoOverride,
+            OverrideKind::User => SelectionSource::UserOverride,
+            OverrideKind::Legacy => SelectionSource::LegacyOverride,
         }
     }
 }
@@ -99,12 +103,13 @@ impl OverrideSource {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionOverride {
     pub model: ModelRef,
-    pub source: OverrideSource,
+    pub source: OverrideKind,
 }
 
 /// A cron job's `payload.model` and `payload.fallbacks`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CronPayload {
+    /// The job's model.
     pub model: ModelRef,
     /// `None`: the job gives no `fallbacks`; `Some([])`: the run is strict.
     pub fallbacks: Option<Vec<ModelRef>>,

@@ -60,7 +60,7 @@ fn agent(id: &str) -> ChainRequest {
     }
 }
 
-fn session(model: &str, source: OverrideSource) -> ChainRequest {
+fn session(model: &str, source: OverrideKind) -> ChainRequest {
     ChainRequest {
         session_override: Some(SessionOverride {
             model: m(model),
@@ -188,7 +188,7 @@ fn r3_auto_override_keeps_walking_the_configured_chain() {
         vec![
             Row {
                 name: "auto override on a configured fallback",
-                request: session("openai/b", OverrideSource::Auto),
+                request: session("openai/b", OverrideKind::Auto),
                 source: SelectionSource::AutoOverride,
                 strict: false,
                 chain: &["openai/b", "google/c", "anthropic/a"],
@@ -197,7 +197,7 @@ fn r3_auto_override_keeps_walking_the_configured_chain() {
                 name: "auto override inside a strict agent still uses the configured chain",
                 request: ChainRequest {
                     agent: Some("plain".into()),
-                    ..session("google/c", OverrideSource::Auto)
+                    ..session("google/c", OverrideKind::Auto)
                 },
                 source: SelectionSource::AutoOverride,
                 strict: false,
@@ -216,14 +216,14 @@ fn r3_user_and_legacy_overrides_are_strict() {
         vec![
             Row {
                 name: "user override",
-                request: session("openai/b", OverrideSource::User),
+                request: session("openai/b", OverrideKind::User),
                 source: SelectionSource::UserOverride,
                 strict: true,
                 chain: &["openai/b"],
             },
             Row {
                 name: "legacy override (no modelOverrideSource)",
-                request: session("google/z", OverrideSource::Legacy),
+                request: session("google/z", OverrideKind::Legacy),
                 source: SelectionSource::LegacyOverride,
                 strict: true,
                 chain: &["google/z"],
@@ -296,8 +296,8 @@ fn r3_1_strict_selections_yield_only_the_requested_model() {
     let pol = policies();
     for request in [
         one_shot("x/y"),
-        session("x/y", OverrideSource::User),
-        session("x/y", OverrideSource::Legacy),
+        session("x/y", OverrideKind::User),
+        session("x/y", OverrideKind::Legacy),
         cron("x/y", Some(&[])),
     ] {
         let chain = build_chain(&cfg, &pol, &request).unwrap();
@@ -317,7 +317,7 @@ fn selection_precedence() {
         one_shot: Some(m("cli/m")),
         session_override: Some(SessionOverride {
             model: m("session/m"),
-            source: OverrideSource::User,
+            source: OverrideKind::User,
         }),
         cron: Some(CronPayload {
             model: m("cron/m"),
@@ -359,7 +359,7 @@ fn r4_1_requested_model_is_always_first() {
         vec![
             Row {
                 name: "requested is the last configured fallback",
-                request: session("google/c", OverrideSource::Auto),
+                request: session("google/c", OverrideKind::Auto),
                 source: SelectionSource::AutoOverride,
                 strict: false,
                 chain: &["google/c", "openai/b", "anthropic/a"],
@@ -397,7 +397,7 @@ agents:
         text,
         vec![Row {
             name: "repeats dropped, first occurrence kept, primary not re-appended",
-            request: session("google/z", OverrideSource::Auto),
+            request: session("google/z", OverrideKind::Auto),
             source: SelectionSource::AutoOverride,
             strict: false,
             chain: &[
@@ -409,12 +409,7 @@ agents:
         }],
     );
     let cfg = config(text);
-    let chain = build_chain(
-        &cfg,
-        &policies(),
-        &session("google/z", OverrideSource::Auto),
-    )
-    .unwrap();
+    let chain = build_chain(&cfg, &policies(), &session("google/z", OverrideKind::Auto)).unwrap();
     // The two `openai/b` repeats and the appended primary were dropped.
     let dropped: Vec<(&str, Why)> = chain
         .duplicates
@@ -450,14 +445,14 @@ agents:
         vec![
             Row {
                 name: "sits on the second configured fallback",
-                request: session("openai/b-mini", OverrideSource::Auto),
+                request: session("openai/b-mini", OverrideKind::Auto),
                 source: SelectionSource::AutoOverride,
                 strict: false,
                 chain: &["openai/b-mini", "openai/b", "google/c", "anthropic/a"],
             },
             Row {
                 name: "sits on a same-provider sibling that is not listed",
-                request: session("openai/b-nano", OverrideSource::Auto),
+                request: session("openai/b-nano", OverrideKind::Auto),
                 source: SelectionSource::AutoOverride,
                 strict: false,
                 chain: &[
@@ -499,7 +494,7 @@ agents:
         vec![
             Row {
                 name: "SPEC example: requested google/z, auto override",
-                request: session("google/z", OverrideSource::Auto),
+                request: session("google/z", OverrideKind::Auto),
                 source: SelectionSource::AutoOverride,
                 strict: false,
                 chain: &["google/z", "openai/b", "anthropic/a"],
@@ -529,7 +524,7 @@ agents:
         vec![
             Row {
                 name: "configured chain: primary last",
-                request: session("mistral/m", OverrideSource::Auto),
+                request: session("mistral/m", OverrideKind::Auto),
                 source: SelectionSource::AutoOverride,
                 strict: false,
                 chain: &["mistral/m", "openai/b", "google/c", "anthropic/a"],
@@ -553,7 +548,7 @@ agents:
     let chain = build_chain(
         &config(text),
         &policies(),
-        &session("mistral/m", OverrideSource::Auto),
+        &session("mistral/m", OverrideKind::Auto),
     )
     .unwrap();
     assert_eq!(
@@ -566,7 +561,7 @@ agents:
         bare,
         vec![Row {
             name: "no fallbacks key",
-            request: session("mistral/m", OverrideSource::Auto),
+            request: session("mistral/m", OverrideKind::Auto),
             source: SelectionSource::AutoOverride,
             strict: false,
             chain: &["mistral/m", "anthropic/a"],
@@ -624,7 +619,7 @@ fn r15_image_runs_use_the_image_model_chain() {
     };
     let chain = build_chain(&cfg, &pol, &image(ChainRequest::default())).unwrap();
     assert_eq!(names(&chain), ["openai/img", "google/img"]);
-    let chain = build_chain(&cfg, &pol, &image(session("x/y", OverrideSource::Auto))).unwrap();
+    let chain = build_chain(&cfg, &pol, &image(session("x/y", OverrideKind::Auto))).unwrap();
     assert_eq!(names(&chain), ["x/y", "google/img", "openai/img"]);
     // Agents' `model` keys are text models: the image chain ignores them.
     let chain = build_chain(&cfg, &pol, &image(agent("plain"))).unwrap();
@@ -645,7 +640,7 @@ fn r15_image_runs_use_the_image_model_chain() {
 fn policies_come_from_the_rules() {
     let cfg = config(CONFIG);
     let mut pol = policies();
-    let user = session("google/z", OverrideSource::User);
+    let user = session("google/z", OverrideKind::User);
     assert!(build_chain(&cfg, &pol, &user).unwrap().strict);
     pol.set(
         SelectionSource::UserOverride,
@@ -705,7 +700,7 @@ fn unknown_agents_and_missing_models_are_errors() {
         }
     );
     // A model given by the run needs no configured primary.
-    let chain = build_chain(&config(""), &pol, &session("x/y", OverrideSource::Auto)).unwrap();
+    let chain = build_chain(&config(""), &pol, &session("x/y", OverrideKind::Auto)).unwrap();
     assert_eq!(names(&chain), ["x/y"]);
 }
 
@@ -722,7 +717,7 @@ fn why_labels_follow_the_list_used() {
             .collect()
     };
     assert_eq!(
-        whys(&session("x/y", OverrideSource::Auto)),
+        whys(&session("x/y", OverrideKind::Auto)),
         [
             Why::Requested,
             Why::ConfiguredFallback,

@@ -4,6 +4,8 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 
+use tracing::Instrument;
+
 use crate::auth::{
     apply_pin_change, choose_session_profile, disabled_probe_allowed, order_profiles,
     probe_uses_transient_slot, probe_window_open, record_failure, record_success, Block, Failure,
@@ -11,7 +13,7 @@ use crate::auth::{
 };
 use crate::compile::reasons::{RotationBudget, UNCLASSIFIED};
 use crate::compile::ReasonBehaviour;
-use crate::policy::{build_chain, ChainRequest, ModelRef, OverrideSource as PolicySource};
+use crate::policy::{build_chain, ChainRequest, ModelRef, OverrideKind};
 use crate::policy::{CandidateChain, SelectionSource, SessionOverride};
 use crate::store::{
     edit_profile, edit_session, AsyncStore, AuthProfiles, Credential, OverrideFields,
@@ -202,9 +204,9 @@ fn session_override(e: &SessionEntry) -> Option<SessionOverride> {
         None => ModelRef::parse(model).ok()?,
     };
     let source = match e.model_override_source() {
-        Some(OverrideSource::Auto) => PolicySource::Auto,
-        _ if e.model_override_source.is_none() => PolicySource::Legacy,
-        _ => PolicySource::User,
+        Some(OverrideSource::Auto) => OverrideKind::Auto,
+        _ if e.model_override_source.is_none() => OverrideKind::Legacy,
+        _ => OverrideKind::User,
     };
     Some(SessionOverride { model, source })
 }
@@ -340,7 +342,7 @@ impl Runner {
     }
 
     /// [`record_failure`] as one atomic update of the profile's record.
-    pub async fn mark_failure(
+    pub(crate) async fn mark_failure(
         &self,
         profile_id: &str,
         provider: &str,
@@ -483,7 +485,30 @@ impl Runner {
 
     /// Runs one turn of `request`, calling `attempt` for every model call.
     /// See the module documentation.
+    ///
+    /// The run is a `tracing` span `failover_run` and each call of
+    /// `attempt` a span `failover_attempt` inside it, both under the target
+    /// [`TRACING_TARGET`](crate::TRACING_TARGET); the fields are listed in
+    /// `docs/tracing.md`.
     pub async fn run<T, F, Fut>(
+        &self,
+        request: &RunRequest,
+        attempt: F,
+    ) -> Result<RunOutput<T>, RunError>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, AttemptError>>,
+    {
+        let span = tracing::info_span!(
+            target: "failover::run",
+            "failover_run",
+            agent = request.agent.as_deref().unwrap_or(self.store.agent_id()),
+            session = %super::session_hash(&request.session),
+        );
+        self.run_in_span(request, attempt).instrument(span).await
+    }
+
+    async fn run_in_span<T, F, Fut>(
         &self,
         request: &RunRequest,
         mut attempt: F,
@@ -531,7 +556,7 @@ impl Runner {
         }
         if let Some(o) = session_override(&entry) {
             let use_override = match o.source {
-                PolicySource::Auto => match origin(&entry) {
+                OverrideKind::Auto => match origin(&entry) {
                     // R11.5: due for its re-probe, the run starts on the
                     // origin again (the override stays until it answers).
                     Some(orig) if orig == selected => {
@@ -755,6 +780,15 @@ impl Runner {
                 };
 
                 let number = walk.attempts.len() + 1;
+                let span = tracing::info_span!(
+                    target: "failover::run",
+                    "failover_attempt",
+                    provider = p,
+                    model = m,
+                    profile_id = profile_id.as_deref().unwrap_or(""),
+                    attempt = number,
+                    probe,
+                );
                 let call = Attempt {
                     provider: p.into(),
                     model: m.into(),
@@ -765,7 +799,7 @@ impl Runner {
                     number,
                     probe,
                 };
-                let result = attempt(call).await;
+                let result = attempt(call).instrument(span).await;
                 let now = self.now_ms();
                 let mut record = AttemptRecord {
                     provider: p.into(),

@@ -63,7 +63,7 @@ pub mod scenario;
 mod time;
 mod types;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use memory::MemoryStore;
@@ -72,18 +72,19 @@ pub use retry::{
     RETRY_MAX_WAIT_ENV,
 };
 pub use time::{Sleep, Sleeper, TokioClock, TokioSleeper, VirtualSleeper};
+pub(crate) use types::error_body_message;
 pub use types::{
     notices_json, Attempt, AttemptError, AttemptOutcome, AttemptRecord, Decision, DecisionKind,
     FallbackSummaryError, Notice, ProviderFailure, RunError, RunOutput, StepOutcome, SurfacedError,
 };
 
-use crate::auth::{AuthRouting, ConfigError, CooldownPolicy, ProbeThrottle, ProfileMeta};
+use crate::auth::{AuthRouting, CooldownPolicy, ProbeThrottle, RoutingError};
 use crate::classify::Engine;
-use crate::config::{CredentialMode, GatewayConfig};
+use crate::config::GatewayConfig;
 use crate::policy::{CronPayload, ModelKind, ModelRef};
 use crate::store::{
-    AsyncStore, Clock, CredentialKind, OverrideSource, SessionEntry, Store, StoreError, SyncFace,
-    SystemClock, MINUTE_MS, SECOND_MS,
+    AsyncStore, Clock, OverrideSource, SessionEntry, Store, StoreError, SyncFace, SystemClock,
+    MINUTE_MS, SECOND_MS,
 };
 
 /// The origin of an auto override is re-probed this often per session and
@@ -104,16 +105,37 @@ const SKIP_KEYS: usize = 16_384;
 /// `fallbackStepFromFailureDetail` is cut to this many characters.
 pub const DETAIL_CHARS: usize = 400;
 
+/// The `tracing` target of the runner's spans (`failover_run`,
+/// `failover_attempt`) and of its `model_fallback_decision` events; the
+/// schema is in `docs/tracing.md`.
+pub const TRACING_TARGET: &str = "failover::run";
+
+/// The `session` field of the `failover_run` span: the session key hashed
+/// (64-bit FNV-1a, 16 hex digits), so logs and traces can group a
+/// session's runs without carrying the key, which may name a user or chat.
+/// Stable across processes and versions.
+pub fn session_hash(session: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in session.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
 /// What a run asks for.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct RunRequest {
     /// The session key (`agent:main:telegram:123`).
     pub session: String,
     /// The config agent (`agents.list[].id`) the run belongs to.
     pub agent: Option<String>,
+    /// Which configured chain: the text model or the image model.
     pub kind: ModelKind,
     /// A provider/model for this invocation only (strict).
     pub one_shot: Option<ModelRef>,
+    /// A cron job's `payload.model` and `payload.fallbacks`, for a cron run.
     pub cron: Option<CronPayload>,
     /// The first run after `/new`, `/reset` or `sessions.reset` (rotates
     /// the auto profile pin, R6.4).
@@ -125,6 +147,7 @@ pub struct RunRequest {
 }
 
 impl RunRequest {
+    /// A request for the session `key`, everything else default.
     pub fn session(key: impl Into<String>) -> Self {
         RunRequest {
             session: key.into(),
@@ -168,46 +191,9 @@ impl std::fmt::Debug for Runner {
     }
 }
 
-/// `auth.profiles` / `auth.order` of a config as routing values.
-pub fn routing_from_config(config: &GatewayConfig) -> Result<AuthRouting, ConfigError> {
-    let profiles = config
-        .auth
-        .profiles
-        .iter()
-        .map(|p| ProfileMeta {
-            id: p.id.clone(),
-            provider: p.provider.clone(),
-            mode: p.mode.map(|m| match m {
-                CredentialMode::ApiKey => CredentialKind::ApiKey,
-                CredentialMode::OAuth => CredentialKind::OAuth,
-                CredentialMode::Token => CredentialKind::Token,
-            }),
-            email: p.email.clone(),
-        })
-        .collect();
-    AuthRouting::new(profiles, config.auth.order.clone())
-}
-
-/// `auth.cooldowns` of a config as a validated policy.
-pub fn policy_from_config(config: &GatewayConfig) -> Result<CooldownPolicy, ConfigError> {
-    let c = &config.auth.cooldowns;
-    let p = CooldownPolicy {
-        billing_backoff_hours: c.billing_backoff_hours,
-        billing_backoff_hours_by_provider: c
-            .billing_backoff_hours_by_provider
-            .iter()
-            .map(|(k, v)| (k.clone(), *v))
-            .collect::<BTreeMap<_, _>>(),
-        billing_max_hours: c.billing_max_hours,
-        failure_window_hours: c.failure_window_hours,
-        auth_permanent_backoff_minutes: c.auth_permanent_backoff_minutes,
-        auth_permanent_max_minutes: c.auth_permanent_max_minutes,
-        overloaded_profile_rotations: c.overloaded_profile_rotations,
-        overloaded_backoff_ms: c.overloaded_backoff_ms,
-        rate_limited_profile_rotations: c.rate_limited_profile_rotations,
-    };
-    p.validate()?;
-    Ok(p)
+/// `auth.profiles` / `auth.order` of a config as one validated value.
+pub fn routing_of(config: &GatewayConfig) -> Result<AuthRouting, RoutingError> {
+    AuthRouting::new(config.auth.profiles.clone(), config.auth.order.clone())
 }
 
 /// R12.2: `0`, unset or not a plain number disables the skip cache; other
@@ -228,7 +214,7 @@ impl Runner {
         engine: Arc<Engine>,
         config: Arc<GatewayConfig>,
         store: Arc<dyn Store>,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, RoutingError> {
         Self::with_faces(
             engine,
             config,
@@ -243,7 +229,7 @@ impl Runner {
         engine: Arc<Engine>,
         config: Arc<GatewayConfig>,
         store: Arc<S>,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, RoutingError> {
         Self::with_faces(engine, config, store.clone(), store)
     }
 
@@ -252,9 +238,9 @@ impl Runner {
         config: Arc<GatewayConfig>,
         store: Arc<dyn AsyncStore>,
         docs: Arc<dyn Store>,
-    ) -> Result<Self, ConfigError> {
-        let routing = routing_from_config(&config)?;
-        let policy = policy_from_config(&config)?;
+    ) -> Result<Self, RoutingError> {
+        let routing = routing_of(&config)?;
+        let policy = config.auth.cooldowns.clone();
         Ok(Runner {
             engine,
             config,
@@ -269,11 +255,13 @@ impl Runner {
         })
     }
 
+    /// Reads time from `clock` (tests: a manual clock).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
 
+    /// Waits with `sleeper` (tests: a virtual sleeper on paused tokio time).
     pub fn with_sleeper(mut self, sleeper: Arc<dyn Sleeper>) -> Self {
         self.sleeper = sleeper;
         self
@@ -294,6 +282,7 @@ impl Runner {
         self
     }
 
+    /// The skip cache's TTL, when it is on.
     pub fn skip_ttl_ms(&self) -> Option<u64> {
         self.skip_ttl_ms
     }
@@ -308,14 +297,17 @@ impl Runner {
         &self.store
     }
 
+    /// The engine that classifies failures.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
 
+    /// The cooldown policy from the config's `auth.cooldowns`.
     pub fn policy(&self) -> &CooldownPolicy {
         &self.policy
     }
 
+    /// Now, by the runner's clock (epoch ms).
     pub fn now_ms(&self) -> u64 {
         self.clock.now_ms()
     }
@@ -516,6 +508,14 @@ mod tests {
             s.to_string(),
             "All models failed (2): p/m: slow down (rate_limit) | p/m: odd (unclassified)"
         );
+    }
+
+    // The published FNV-1a 64 test vectors: the hash is the standard one.
+    #[test]
+    fn session_hash_is_fnv1a_64() {
+        assert_eq!(session_hash(""), "cbf29ce484222325");
+        assert_eq!(session_hash("a"), "af63dc4c8601ec8c");
+        assert_eq!(session_hash("foobar"), "85944171f73967e8");
     }
 
     // R12.2: the TTL is clamped, and 0 disables it, in code as by env.

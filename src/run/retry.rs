@@ -22,6 +22,7 @@ pub const RETRY_MAX_WAIT_ENV: &str = "OPENCLAW_SDK_RETRY_MAX_WAIT_SECONDS";
 
 /// What the SDK should do with a retryable response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RetryDecision {
     /// Retry inside the SDK: after the header's wait, or (`None`) after the
     /// SDK's own backoff.

@@ -892,6 +892,10 @@ pub fn main(opts: Options) -> i32 {
         .json()
         .flatten_event(true)
         .with_current_span(false)
+        // The runner's `failover_run` / `failover_attempt` spans
+        // (docs/tracing.md) are for trace exporters; the log lines stay
+        // as they were, one flat object per event.
+        .with_span_list(false)
         .with_max_level(tracing::Level::INFO)
         .with_writer(writer)
         .try_init();

@@ -249,17 +249,9 @@ pub fn parse_request(protocol: Protocol, bytes: &[u8]) -> Result<ClientRequest, 
 }
 
 /// The text and type of an upstream error body, when it has the usual
-/// `{"error": {"message", "type"}}` shape (both protocols use it).
-pub fn upstream_message(body: &str) -> Option<(String, Option<String>)> {
-    let v: Value = serde_json::from_str(body).ok()?;
-    let err = v.get("error")?;
-    if let Some(s) = err.as_str() {
-        return Some((s.to_string(), None));
-    }
-    let msg = err.get("message")?.as_str()?.to_string();
-    let ty = err.get("type").and_then(Value::as_str).map(str::to_string);
-    Some((msg, ty))
-}
+/// `{"error": {"message", "type"}}` shape (both protocols use it); the
+/// runner's own reading, so a summary and a client error agree.
+pub(crate) use crate::run::error_body_message as upstream_message;
 
 #[cfg(test)]
 mod tests {

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 
-use crate::run::{requested_wait, AttemptError, ProviderFailure};
+use crate::run::{AttemptError, ProviderFailure};
 use crate::store::{Credential, Profile};
 
 use super::metrics::Metrics;
@@ -79,13 +79,7 @@ pub fn client_for(u: &Upstream) -> reqwest::Client {
 }
 
 fn timeout_failure(what: &str, after: Duration) -> AttemptError {
-    AttemptError::Provider(
-        ProviderFailure::message(format!(
-            "upstream timed out: {what} within {} ms",
-            after.as_millis()
-        ))
-        .with_code("ETIMEDOUT"),
-    )
+    AttemptError::Provider(ProviderFailure::timeout(what, after))
 }
 
 fn transport_failure(e: &reqwest::Error) -> AttemptError {
@@ -99,7 +93,7 @@ fn transport_failure(e: &reqwest::Error) -> AttemptError {
     } else {
         "network error"
     };
-    AttemptError::Provider(ProviderFailure::message(format!("upstream {kind}")))
+    AttemptError::Provider(ProviderFailure::transport(kind))
 }
 
 /// The credential header of a profile for an upstream protocol.
@@ -231,24 +225,12 @@ pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
         input
             .metrics
             .upstream_latency(&u.id, started.elapsed().as_secs_f64());
-        let pairs: Vec<(&str, &str)> = retry_after
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        let reset_at = requested_wait(&pairs, input.now_ms)
-            .filter(|w| !w.is_zero())
-            .map(|w| input.now_ms.saturating_add(w.as_millis() as u64));
-        let text = String::from_utf8_lossy(&head).into_owned();
-        // The body's own message, when it has one, makes the summary
-        // readable; the classifier reads it from the body either way.
-        let message = super::protocol::upstream_message(&text).map(|(m, _)| m);
-        return Err(AttemptError::Provider(ProviderFailure {
-            status: Some(status),
-            message,
-            body: (!text.trim().is_empty()).then_some(text),
-            reset_at,
-            ..Default::default()
-        }));
+        return Err(AttemptError::Provider(ProviderFailure::from_http(
+            status,
+            retry_after,
+            &head,
+            input.now_ms,
+        )));
     }
     if input.stream {
         if !is_event_stream {
