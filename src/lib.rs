@@ -133,8 +133,18 @@ pub mod state {
     pub use crate::store::SqliteStore;
     pub use crate::store::{AsyncStore, Store};
     pub use crate::store::{
-        AuthProfiles, AuthState, Credential, CredentialKind, FileStore, Problem, Profile, Secret,
-        SessionEntry, SessionStore, StoreExt, SyncFace, UsageStats,
+        AuthProfiles, AuthState, Credential, CredentialKind, Extra, FileStore, Problem, Profile,
+        Secret, SecretRef, SessionEntry, SessionStore, StatePaths, StoreExt, SyncFace, UsageStats,
+    };
+}
+
+/// The SDK retry-after cap (SPEC R7.5): for an embedder whose provider SDK
+/// retries by itself, whether to let it wait out a `Retry-After` or to
+/// surface the error at once so failover runs.
+pub mod retry {
+    pub use crate::run::{
+        requested_wait, should_wait, RetryCap, RetryDecision, DEFAULT_RETRY_MAX_WAIT,
+        RETRY_MAX_WAIT_ENV,
     };
 }
 

@@ -44,27 +44,24 @@ mod sticky;
 
 use std::collections::BTreeMap;
 
-pub use cooldown::{
-    block_for, cooldown_ms, is_available, record_failure, record_success, soonest_expiry, Block,
-    Failure, FailureEffect, COOLDOWN_BASE_MS, COOLDOWN_CAP_MS, COOLDOWN_FACTOR, DISABLE_FLOOR_MS,
-};
-pub use order::{order_profiles, Excluded, OrderSource, OrderedProfile, ProfileOrder};
+#[cfg(any(test, feature = "test-util"))]
+pub use cooldown::is_available;
+pub use cooldown::{block_for, record_failure, record_success, Block, Failure, FailureEffect};
+pub use order::{order_profiles, Excluded, ProfileOrder};
 pub use policy::{
-    CooldownPolicy, PolicyError, DEFAULT_AUTH_PERMANENT_BACKOFF, DEFAULT_AUTH_PERMANENT_MAX,
-    DEFAULT_BILLING_BACKOFF, DEFAULT_BILLING_MAX, DEFAULT_FAILURE_WINDOW,
-    DEFAULT_OVERLOADED_BACKOFF, DEFAULT_OVERLOADED_PROFILE_ROTATIONS,
+    CooldownPolicy, PolicyError, DEFAULT_OVERLOADED_BACKOFF, DEFAULT_OVERLOADED_PROFILE_ROTATIONS,
     DEFAULT_RATE_LIMITED_PROFILE_ROTATIONS,
 };
 pub use probe::{
     disabled_probe_allowed, probe_uses_transient_slot, probe_window_open, ProbeThrottle,
-    PROBE_MARGIN_MS, PROBE_THROTTLE_KEYS, PROBE_THROTTLE_MS, PROBE_THROTTLE_TTL_MS,
+    PROBE_THROTTLE_MS,
 };
-pub use sticky::{
-    apply_pin_change, choose_session_profile, pin_user_profile, PinChange, ProfileChoice,
-};
+pub use sticky::{apply_pin_change, choose_session_profile, pin_user_profile, PinChange};
 
 pub use crate::store::CredentialKind;
-use crate::store::{normalize_provider, provider_of_id, Store, StoreError, StoreExt};
+use crate::store::{normalize_provider, provider_of_id};
+#[cfg(any(test, feature = "test-util"))]
+use crate::store::{Store, StoreError, StoreExt};
 
 /// Why the config's `auth.profiles` (or a [`ProfileMeta`] from an id) were refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -187,7 +184,9 @@ impl AuthRouting {
     }
 }
 
-/// [`record_failure`] as one locked update of the store.
+/// [`record_failure`] as one locked update of the store (tests of the
+/// whole-document stores; the runner updates per record).
+#[cfg(any(test, feature = "test-util"))]
 pub fn mark_failure(
     store: &dyn Store,
     profile_id: &str,
@@ -199,7 +198,8 @@ pub fn mark_failure(
     store.update_state(|s| record_failure(s, profile_id, provider, failure, policy, now_ms))
 }
 
-/// [`record_success`] as one locked update of the store.
+/// [`record_success`] as one locked update of the store (tests).
+#[cfg(any(test, feature = "test-util"))]
 pub fn mark_success(
     store: &dyn Store,
     profile_id: &str,
@@ -208,11 +208,6 @@ pub fn mark_success(
     now_ms: u64,
 ) -> Result<(), StoreError> {
     store.update_state(|s| record_success(s, profile_id, provider, model, now_ms))
-}
-
-/// Notes a cooldown probe of `profile_id` (`lastProbeAt`, R16.1).
-pub fn mark_probe(store: &dyn Store, profile_id: &str, now_ms: u64) -> Result<(), StoreError> {
-    store.update_state(|s| s.stats_mut(profile_id).last_probe_at = Some(now_ms))
 }
 
 #[cfg(test)]

@@ -147,6 +147,7 @@ impl ProfileOrder {
         self.source.is_explicit() && self.entries.is_empty() && self.excluded.is_empty()
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     pub fn ids(&self) -> impl Iterator<Item = &str> {
         self.entries.iter().map(|e| e.id.as_str())
     }
@@ -163,6 +164,7 @@ impl ProfileOrder {
         self.entries.iter().position(|e| e.id == id)
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     pub fn get(&self, id: &str) -> Option<&OrderedProfile> {
         self.entries.iter().find(|e| e.id == id)
     }

@@ -275,7 +275,7 @@ impl CooldownPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::DISABLE_FLOOR_MS;
+    use crate::auth::cooldown::DISABLE_FLOOR_MS;
 
     #[test]
     fn r8_4_r8_5_defaults() {

@@ -64,6 +64,7 @@ pub struct ProbeThrottle {
 }
 
 impl ProbeThrottle {
+    #[cfg(any(test, feature = "test-util"))]
     pub fn new() -> Self {
         Self::default()
     }
@@ -93,10 +94,12 @@ impl ProbeThrottle {
         true
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     pub fn len(&self) -> usize {
         self.last.len()
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     pub fn is_empty(&self) -> bool {
         self.last.is_empty()
     }

@@ -168,7 +168,8 @@ pub fn pin_user_profile(entry: &mut SessionEntry, profile_id: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::{order::OrderSource, Block, OrderedProfile};
+    use crate::auth::order::{OrderSource, OrderedProfile};
+    use crate::auth::Block;
     use crate::store::CredentialKind;
 
     fn order(ids: &[(&str, bool)]) -> ProfileOrder {

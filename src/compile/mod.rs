@@ -108,9 +108,10 @@ pub enum Lints {
     Skip,
 }
 
-/// Parses and compiles every layer, with the lints. `early` holds
+/// Parses and compiles every layer, with the lints (tests). `early` holds
 /// diagnostics found while loading (unreadable bytes); files they concern
 /// are not parsed.
+#[cfg(any(test, feature = "test-util"))]
 pub fn compile(sources: SourceMap, layers: Vec<Layer>, early: Vec<Diagnostic>) -> Build {
     compile_with(sources, layers, early, Lints::Run)
 }

@@ -146,6 +146,7 @@ pub enum Why {
 }
 
 impl Why {
+    #[cfg(any(test, feature = "test-util"))]
     pub fn describe(self) -> &'static str {
         match self {
             Why::Requested => "requested",
@@ -247,6 +248,7 @@ struct Selection<'a> {
     payload_fallbacks: Option<&'a [ModelRef]>,
 }
 
+#[cfg(any(test, feature = "test-util"))]
 /// Picks the selection source and requested model (step 1 of the essay).
 pub fn select_source(
     config: &GatewayConfig,

@@ -74,7 +74,7 @@ pub use retry::{
 pub use time::{Sleep, Sleeper, TokioClock, TokioSleeper, VirtualSleeper};
 pub(crate) use types::error_body_message;
 pub use types::{
-    notices_json, Attempt, AttemptError, AttemptOutcome, AttemptRecord, Decision, DecisionKind,
+    Attempt, AttemptError, AttemptOutcome, AttemptRecord, Decision, DecisionKind,
     FallbackSummaryError, Notice, ProviderFailure, RunError, RunOutput, StepOutcome, SurfacedError,
 };
 

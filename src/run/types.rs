@@ -602,16 +602,6 @@ impl RunError {
     }
 }
 
-/// A JSON value of a notice list, for the CLI.
-pub fn notices_json(notices: &[Notice]) -> Value {
-    Value::Array(
-        notices
-            .iter()
-            .map(|n| Value::String(n.to_string()))
-            .collect(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

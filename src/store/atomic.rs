@@ -28,8 +28,9 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Where a faulty write stops (crash tests only).
-#[doc(hidden)]
+/// Where a faulty write stops (crash tests only: the hook that sets one,
+/// `FileStore::with_fault`, is behind `test-util`).
+#[cfg_attr(not(any(test, feature = "test-util")), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteFault {
     /// After this many bytes of the temporary file were written.
@@ -43,7 +44,7 @@ pub enum WriteFault {
 }
 
 /// What a fault does when reached.
-#[doc(hidden)]
+#[cfg_attr(not(any(test, feature = "test-util")), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultAction {
     /// Return an error and leave everything as it is.
@@ -52,7 +53,7 @@ pub enum FaultAction {
     Abort,
 }
 
-#[doc(hidden)]
+/// A fault to inject into every write of a store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FaultPlan {
     pub at: WriteFault,
@@ -71,14 +72,9 @@ impl FaultPlan {
     }
 }
 
-/// Replaces `path` with `bytes` atomically. `mode` is the Unix permission
-/// of the new file (`0o600` for secrets).
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    write_atomic_with(path, bytes, mode, None)
-}
-
-/// [`write_atomic`] with an optional injected fault.
-#[doc(hidden)]
+/// Replaces `path` with `bytes` atomically, stopping at `fault` when one
+/// is injected (crash tests). `mode` is the Unix permission of the new
+/// file (`0o600` for secrets).
 pub fn write_atomic_with(
     path: &Path,
     bytes: &[u8],
@@ -266,8 +262,8 @@ mod tests {
     fn replaces_whole_file_and_sets_mode() {
         let d = tmpdir("replace");
         let p = d.join("a.json");
-        write_atomic(&p, b"{\"old\":true}", 0o600).unwrap();
-        write_atomic(&p, b"{}", 0o600).unwrap();
+        write_atomic_with(&p, b"{\"old\":true}", 0o600, None).unwrap();
+        write_atomic_with(&p, b"{}", 0o600, None).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"{}");
         #[cfg(unix)]
         {
@@ -296,7 +292,7 @@ mod tests {
             WriteFault::AfterRename,
         ]);
         for at in faults {
-            write_atomic(&p, &old, 0o600).unwrap();
+            write_atomic_with(&p, &old, 0o600, None).unwrap();
             let plan = FaultPlan {
                 at,
                 action: FaultAction::Fail,

@@ -65,7 +65,7 @@ mod state;
 use std::fmt;
 use std::path::PathBuf;
 
-pub use atomic::{create_private_dir, lock_path, write_atomic, FileLock};
+pub use atomic::create_private_dir;
 #[cfg(any(test, feature = "test-util"))]
 pub use atomic::{FaultAction, FaultPlan, WriteFault};
 pub use backend::{backend_of, open as open_backend, open_docs, Opened};
@@ -79,15 +79,15 @@ pub use face::{
 pub use file::{FileStore, StatePaths, DEFAULT_AGENT};
 pub use profiles::{
     normalize_provider, provider_of_id, AuthProfiles, Credential, CredentialKind, Extra, Profile,
-    SecretRef, Unusable, PROFILES_VERSION,
+    SecretRef, Unusable,
 };
 #[cfg(feature = "redis")]
-pub use redis_store::{redact_url, RedisStore, DEFAULT_PREFIX};
+pub use redis_store::RedisStore;
 pub use secret::Secret;
 pub use sessions::{OverrideFields, OverrideSource, SessionEntry, SessionStore};
 #[cfg(feature = "sqlite")]
-pub use sqlite::{sqlite_path, SqliteStore, SQLITE_FILE};
-pub use state::{AuthState, UsageStats, STATE_VERSION};
+pub use sqlite::SqliteStore;
+pub use state::{AuthState, UsageStats};
 
 use crate::syntax::display_name;
 
