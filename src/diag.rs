@@ -379,11 +379,33 @@ pub fn sort(diags: &mut [Diagnostic]) {
     diags.sort_by_key(|d| (d.span.file, d.span.start, d.code, d.span.end));
 }
 
-/// The closest candidate to `word` by edit distance, for "did you mean" help.
+/// The candidate `word` was probably meant to be, for "did you mean" help:
+/// the first that differs only in letter case (`imagemodel`) or by two
+/// swapped neighbouring letters (`modle`), else the closest by edit
+/// distance, within a third of the word's length. The one matcher for rule
+/// names, golden-case fields and config keys.
 pub fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
+    let candidates: Vec<&'a str> = candidates.into_iter().collect();
+    let a: Vec<char> = word.chars().collect();
+    let swapped = |k: &str| {
+        let b: Vec<char> = k.chars().collect();
+        a.len() == b.len() && {
+            let diff: Vec<usize> = (0..a.len()).filter(|&i| a[i] != b[i]).collect();
+            diff.len() == 2
+                && diff[1] == diff[0] + 1
+                && a[diff[0]] == b[diff[1]]
+                && a[diff[1]] == b[diff[0]]
+        }
+    };
+    if let Some(k) = candidates
+        .iter()
+        .find(|k| k.eq_ignore_ascii_case(word) || swapped(k))
+    {
+        return Some(k);
+    }
     let limit = (word.len() / 3).max(1);
     candidates
         .into_iter()
@@ -408,18 +430,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-/// `4 MiB`, `1.0 GiB`, `512 bytes`.
-pub fn bytes_shown(n: u64) -> String {
-    const KIB: u64 = 1024;
-    match n {
-        n if n >= KIB * KIB * KIB => format!("{:.1} GiB", n as f64 / (KIB * KIB * KIB) as f64),
-        n if n >= KIB * KIB && n % (KIB * KIB) == 0 => format!("{} MiB", n / (KIB * KIB)),
-        n if n >= KIB * KIB => format!("{:.1} MiB", n as f64 / (KIB * KIB) as f64),
-        n if n >= KIB && n % KIB == 0 => format!("{} KiB", n / KIB),
-        n if n >= KIB => format!("{:.1} KiB", n as f64 / KIB as f64),
-        n => format!("{n} bytes"),
-    }
-}
+pub use crate::fsio::bytes_shown;
 
 #[cfg(test)]
 mod tests {
@@ -431,6 +442,9 @@ mod tests {
         assert_eq!(did_you_mean("rate_limt", words), Some("rate_limit"));
         assert_eq!(did_you_mean("biling", words), Some("billing"));
         assert_eq!(did_you_mean("zzz", words), None);
+        // A case slip or two swapped letters, whatever the length.
+        assert_eq!(did_you_mean("BILLING", words), Some("billing"));
+        assert_eq!(did_you_mean("modle", ["model", "mode"]), Some("model"));
     }
 
     /// On a long line the snippet is a window around the span, marked with

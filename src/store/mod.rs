@@ -85,7 +85,7 @@ pub use sessions::{OverrideFields, OverrideSource, SessionEntry, SessionStore};
 pub use sqlite::{sqlite_path, SqliteStore, SQLITE_FILE};
 pub use state::{AuthState, UsageStats, STATE_VERSION};
 
-use crate::syntax::display_name;
+use crate::fsio::display_name;
 
 /// A failure to read or write the state (the disk, permissions). Damaged
 /// contents are [`Problem`]s instead.
@@ -106,7 +106,7 @@ impl StoreError {
         StoreError::Io {
             op,
             path: display_name(path),
-            detail: crate::load::plain_io(e),
+            detail: crate::fsio::plain_io(e),
         }
     }
 }
