@@ -20,6 +20,12 @@
 //! path (or of its last key, for an unknown key). It costs one read, and
 //! only when there are problems.
 //!
+//! Each problem is a [`ConfigProblem`] with a stable code (E021 unreadable,
+//! E022 not YAML/JSON, E023 a value that cannot be used; W003 unknown key,
+//! W004 a secret in the file, W005 a likely mistake), rendered as a
+//! [`Diagnostic`](crate::diag::Diagnostic) by the renderer of rules
+//! problems; [`ConfigError`] holds them with the text they point into.
+//!
 //! The parts: [`model`](GatewayConfig) holds the typed values, `read` the
 //! reader over the tree, `problem` what is reported ([`ConfigProblem`]).
 //!
@@ -54,6 +60,7 @@ use std::path::Path;
 use serde::de::IgnoredAny;
 use serde_yaml::Value;
 
+use crate::diag::Code;
 use crate::fsio::{display_name, plain_io, read_regular, too_large};
 use crate::redact::scrub_quoted;
 use crate::yaml::{strip_position, Step};
@@ -62,8 +69,9 @@ pub use model::{
     defaults, AgentConfig, AgentsConfig, AuthConfig, AuthProfileMeta, CooldownConfig,
     CredentialMode, GatewayConfig, ModelConfig, StateBackend, StateConfig,
 };
+use problem::Seg;
 pub use problem::{render_problems, ConfigProblem, Severity};
-use read::{Reader, Seg};
+use read::Reader;
 
 /// A gateway config is a few kilobytes; a file over this size is refused
 /// before parsing rather than held in memory as a tree several times its
@@ -114,7 +122,7 @@ impl ConfigError {
         ConfigError {
             name,
             text: String::new(),
-            problems: vec![ConfigProblem::whole_file(message)],
+            problems: vec![ConfigProblem::whole_file(Code::E021, message)],
             unreadable: true,
         }
     }
@@ -128,7 +136,7 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.unreadable {
             for p in &self.problems {
-                writeln!(f, "error: {}", p.message)?;
+                writeln!(f, "error[{}]: {}", p.code.as_str(), p.message)?;
             }
             return Ok(());
         }
@@ -181,7 +189,9 @@ impl GatewayConfig {
             unreadable: false,
         };
         if text.len() as u64 > MAX_CONFIG_BYTES {
-            return Err(fail(vec![ConfigProblem::whole_file(format!(
+            return Err(fail(vec![ConfigProblem::whole_file(
+                Code::E021,
+                format!(
                 "config `{name}` is larger than {} KiB; a gateway config is a few kilobytes, is this the right file?",
                 MAX_CONFIG_BYTES / 1024
             ))]));
@@ -191,8 +201,10 @@ impl GatewayConfig {
         // them so shared fallback lists work. A bad merge is a type error.
         if let Err(e) = root.apply_merge() {
             let (message, at) = yaml_message(&e);
-            let mut p =
-                ConfigProblem::whole_file(format!("cannot apply a `<<` merge key: {message}"));
+            let mut p = ConfigProblem::whole_file(
+                Code::E022,
+                format!("cannot apply a `<<` merge key: {message}"),
+            );
             (p.line, p.column) = (at.map(|a| a.0), at.map(|a| a.1));
             return Err(fail(vec![p]));
         }
@@ -202,7 +214,7 @@ impl GatewayConfig {
         place(text, &mut problems);
         // Errors first, then by position, so the first line says what is
         // wrong.
-        problems.sort_by_key(|p| (p.severity, p.line.unwrap_or(usize::MAX), p.column));
+        problems.sort_by_key(|p| (p.severity(), p.line.unwrap_or(usize::MAX), p.column));
         if problems.iter().any(|p| p.is_error()) {
             Err(fail(problems))
         } else {
@@ -222,22 +234,25 @@ fn parse_tree(text: &str, format: Format) -> Result<Value, Box<ConfigProblem>> {
         // (JSON is YAML's subset), so positions can be found the same way.
         if let Err(e) = serde_json::from_str::<IgnoredAny>(text) {
             let at = Some((e.line(), e.column()));
-            let mut p = ConfigProblem::whole_file(format!(
-                "invalid JSON: {}",
-                strip_position(&scrub_quoted(&e.to_string()), at)
-            ));
+            let mut p = ConfigProblem::whole_file(
+                Code::E022,
+                format!(
+                    "invalid JSON: {}",
+                    strip_position(&scrub_quoted(&e.to_string()), at)
+                ),
+            );
             (p.line, p.column) = (Some(e.line()), Some(e.column()));
             return Err(Box::new(p));
         }
     }
     if let Err(refused) = crate::yaml::guard(text) {
-        let mut p = ConfigProblem::whole_file(format!("invalid YAML: {refused}"));
+        let mut p = ConfigProblem::whole_file(Code::E022, format!("invalid YAML: {refused}"));
         (p.line, p.column) = (Some(refused.line), Some(refused.column));
         return Err(Box::new(p));
     }
     serde_yaml::from_str::<Value>(text).map_err(|e| {
         let (message, at) = yaml_message(&e);
-        let mut p = ConfigProblem::whole_file(format!("invalid YAML: {message}"));
+        let mut p = ConfigProblem::whole_file(Code::E022, format!("invalid YAML: {message}"));
         (p.line, p.column) = (at.map(|a| a.0), at.map(|a| a.1));
         Box::new(p)
     })

@@ -2,24 +2,24 @@
 
 use std::fmt::Write as _;
 
-use crate::redact::may_hold_secret;
+pub use crate::diag::Severity;
+use crate::diag::{Code, Diagnostic};
+use crate::syntax::{FileId, SourceMap, Span};
 
-use super::read::Seg;
-
-/// A quoted source line is cut after this many characters.
-const SHOWN_LINE_CHARS: usize = 120;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Severity {
-    Error,
-    Warning,
+/// One step of a key path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Seg {
+    Key(String),
+    Index(usize),
 }
 
-/// A problem in the config file, with the key path and, when it could be
-/// placed, the line and column (1-based).
+/// A problem in the config file, with its stable code (E021–E023,
+/// W003–W005), the key path and, when it could be placed, the line and
+/// column (1-based). It is shown as a [`Diagnostic`]
+/// ([`ConfigProblem::to_diagnostic`]), by the renderer of rules problems.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigProblem {
-    pub severity: Severity,
+    pub code: Code,
     /// `agents.list[2].model.fallbacks`; empty for whole-file problems.
     pub path: String,
     pub message: String,
@@ -36,13 +36,17 @@ pub struct ConfigProblem {
 }
 
 impl ConfigProblem {
-    pub fn is_error(&self) -> bool {
-        self.severity == Severity::Error
+    pub fn severity(&self) -> Severity {
+        self.code.severity()
     }
 
-    pub(super) fn whole_file(message: String) -> Self {
+    pub fn is_error(&self) -> bool {
+        self.severity() == Severity::Error
+    }
+
+    pub(super) fn whole_file(code: Code, message: String) -> Self {
         ConfigProblem {
-            severity: Severity::Error,
+            code,
             path: String::new(),
             message,
             help: None,
@@ -54,61 +58,66 @@ impl ConfigProblem {
         }
     }
 
-    /// `error: path: message`, then ` --> file:line:col`, the source line
-    /// with a caret, and the help.
-    pub fn render(&self, file_name: &str, text: &str) -> String {
-        let mut out = String::new();
-        let kind = match self.severity {
-            Severity::Error => "error",
-            Severity::Warning => "warning",
-        };
-        if self.path.is_empty() {
-            let _ = writeln!(out, "{kind}: {}", self.message);
+    /// The problem as a diagnostic on `file` of `sources` (the config's
+    /// text): `path: message` as its title, placed at its line and column
+    /// (one character), or on the whole file when it has no place.
+    pub fn to_diagnostic(&self, sources: &SourceMap, file: FileId) -> Diagnostic {
+        let title = if self.path.is_empty() {
+            self.message.clone()
         } else {
-            let _ = writeln!(out, "{kind}: {}: {}", self.path, self.message);
-        }
-        match (self.line, self.column) {
+            format!("{}: {}", self.path, self.message)
+        };
+        let mut d = match (self.line, self.column) {
             (Some(line), Some(col)) => {
-                let _ = writeln!(out, " --> {file_name}:{line}:{col}");
-                if let Some(src) = text.lines().nth(line - 1) {
-                    let gutter = line.to_string();
-                    let pad = " ".repeat(gutter.len());
-                    let _ = writeln!(out, "{pad} |");
-                    if self.conceal_line || may_hold_secret(src) {
-                        // Quoting the line back would print the secret.
-                        let _ = writeln!(out, "{gutter} | (line not shown: it may hold a secret)");
-                    } else {
-                        // Long lines (one-line JSON) are cut; the caret
-                        // stays where the column points when it fits.
-                        let src_shown: String = src.chars().take(SHOWN_LINE_CHARS).collect();
-                        let lead: String = src_shown
-                            .chars()
-                            .take(col.saturating_sub(1))
-                            .map(|c| if c == '\t' { '\t' } else { ' ' })
-                            .collect();
-                        let _ = writeln!(out, "{gutter} | {src_shown}");
-                        if col <= SHOWN_LINE_CHARS {
-                            let _ = writeln!(out, "{pad} | {lead}^");
-                        }
-                    }
-                }
+                let f = sources.get(file);
+                let line32 = u32::try_from(line).unwrap_or(u32::MAX);
+                let text = f.line_text(line32);
+                let start = f.line_start(line32)
+                    + text
+                        .char_indices()
+                        .nth(col.saturating_sub(1))
+                        .map_or(text.len(), |(i, _)| i);
+                let end = text[start - f.line_start(line32)..]
+                    .chars()
+                    .next()
+                    .map_or(start, |c| start + c.len_utf8());
+                let span = Span {
+                    file,
+                    start: start as u32,
+                    end: end as u32,
+                    line: line32,
+                    col: u32::try_from(col).unwrap_or(u32::MAX),
+                };
+                Diagnostic::new(self.code, span, title)
             }
-            _ => {
-                let _ = writeln!(out, " --> {file_name}");
-            }
-        }
+            _ => Diagnostic::for_file(self.code, file, title),
+        };
         if let Some(help) = &self.help {
-            let _ = writeln!(out, "  = help: {help}");
+            d = d.help(help.clone());
         }
-        out
+        if self.conceal_line {
+            d = d.conceal_line();
+        }
+        d
+    }
+
+    /// The problem rendered as a diagnostic: `error[E023]: path: message`,
+    /// then ` --> file:line:col`, the source line with a caret (unless it
+    /// may hold a secret), and the help.
+    pub fn render(&self, file_name: &str, text: &str) -> String {
+        let mut sources = SourceMap::new();
+        let file = sources.add(file_name, text);
+        self.to_diagnostic(&sources, file).render(&sources)
     }
 }
 
 /// Renders problems followed by a one-line count, like `failover check`.
 pub fn render_problems(problems: &[ConfigProblem], name: &str, text: &str) -> String {
     let mut out = String::new();
+    let mut sources = SourceMap::new();
+    let file = sources.add(name, text);
     for p in problems {
-        out.push_str(&p.render(name, text));
+        out.push_str(&p.to_diagnostic(&sources, file).render(&sources));
         out.push('\n');
     }
     let errors = problems.iter().filter(|p| p.is_error()).count();

@@ -12,14 +12,9 @@ use crate::model_ref::{shown, ModelRef};
 use crate::redact::{looks_like_secret, secret_key_name};
 
 use super::model::*;
-use super::problem::{ConfigProblem, Severity};
+use crate::diag::Code;
 
-/// One step of a key path.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum Seg {
-    Key(String),
-    Index(usize),
-}
+use super::problem::{ConfigProblem, Seg};
 
 /// A key path as shown: keys shaped like credentials (a profile id that is
 /// itself a pasted key) are masked like values (SPEC R16.11).
@@ -84,9 +79,9 @@ pub(super) struct Reader {
 }
 
 impl Reader {
-    fn push(&mut self, severity: Severity, message: String, help: Option<String>, at_key: bool) {
+    fn push(&mut self, code: Code, message: String, help: Option<String>, at_key: bool) {
         self.problems.push(ConfigProblem {
-            severity,
+            code,
             path: path_string(&self.path),
             message,
             help,
@@ -99,15 +94,15 @@ impl Reader {
     }
 
     fn error(&mut self, message: impl Into<String>) {
-        self.push(Severity::Error, message.into(), None, false);
+        self.push(Code::E023, message.into(), None, false);
     }
 
     fn error_help(&mut self, message: impl Into<String>, help: impl Into<String>) {
-        self.push(Severity::Error, message.into(), Some(help.into()), false);
+        self.push(Code::E023, message.into(), Some(help.into()), false);
     }
 
     fn warn(&mut self, message: impl Into<String>) {
-        self.push(Severity::Warning, message.into(), None, false);
+        self.push(Code::W005, message.into(), None, false);
     }
 
     /// Runs `f` with `seg` appended to the current path.
@@ -164,7 +159,7 @@ impl Reader {
     fn unknown_key(&mut self, name: &str, help: String) {
         self.at(Seg::Key(name.to_string()), |r| {
             r.push(
-                Severity::Warning,
+                Code::W003,
                 "unknown key, ignored".to_string(),
                 Some(help),
                 true,
@@ -525,7 +520,7 @@ impl Reader {
                 Some(name) if !META.contains(&name) && secret_key_name(name) => {
                     self.key(name, |r| {
                         r.push(
-                            Severity::Warning,
+                            Code::W004,
                             "secrets do not belong in the config file; this value is ignored".into(),
                             Some(
                                 "keep keys and tokens in `<state>/agents/<agentId>/agent/auth-profiles.json` (SPEC R5.1)"

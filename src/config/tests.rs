@@ -31,7 +31,7 @@ fn problems(text: &str, format: Format) -> Vec<ConfigProblem> {
 /// (severity, path, line, column, message) for compact assertions.
 fn brief(p: &ConfigProblem) -> (Severity, &str, Option<usize>, Option<usize>, &str) {
     (
-        p.severity,
+        p.severity(),
         p.path.as_str(),
         p.line,
         p.column,
@@ -580,7 +580,7 @@ auth:
     let p = problems(text, Format::Yaml);
     let got: Vec<_> = p
         .iter()
-        .map(|p| (p.severity, p.path.as_str(), p.message.as_str()))
+        .map(|p| (p.severity(), p.path.as_str(), p.message.as_str()))
         .collect();
     assert_eq!(
             got,
@@ -679,7 +679,7 @@ fn rendering_shows_the_source_line() {
     assert_eq!(
         e.to_string(),
         "\
-error: agents.defaults.model.primary: `gpt` has no provider: write it as `provider/model`
+error[E023]: agents.defaults.model.primary: `gpt` has no provider: write it as `provider/model`
  --> g.yaml:3:23
   |
 3 |     model: { primary: gpt }
