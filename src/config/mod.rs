@@ -60,9 +60,10 @@ use std::path::Path;
 use serde::de::IgnoredAny;
 use serde_yaml::Value;
 
-use crate::diag::Code;
+use crate::diag::{Code, Diagnostic};
 use crate::fsio::{display_name, plain_io, read_regular, too_large};
 use crate::redact::scrub_quoted;
+use crate::syntax::SourceMap;
 use crate::yaml::{strip_position, Step};
 
 pub use model::{
@@ -107,7 +108,15 @@ pub struct LoadedConfig {
 }
 
 /// A config that could not be read: every problem found (errors and
-/// warnings), or a file that could not be opened.
+/// warnings, each with its code), or a file that could not be opened
+/// (one E021 problem).
+///
+/// Its `Display` is the rendering an operator sees: each problem as a
+/// diagnostic (`error[E023]: path: message`, ` --> file:line:col`, the
+/// line with a caret, help), then `N errors, M warnings in `file``; an
+/// unreadable file is one line. [`ConfigError::to_diagnostics`] gives the
+/// problems as [`Diagnostic`](crate::diag::Diagnostic)s, to report them
+/// beside rules problems with [`crate::diag::render_all`].
 #[derive(Clone, Debug)]
 pub struct ConfigError {
     pub name: String,
@@ -129,6 +138,16 @@ impl ConfigError {
 
     pub fn errors(&self) -> usize {
         self.problems.iter().filter(|p| p.is_error()).count()
+    }
+
+    /// The problems as diagnostics, on the config's text added to
+    /// `sources` under its name.
+    pub fn to_diagnostics(&self, sources: &mut SourceMap) -> Vec<Diagnostic> {
+        let file = sources.add(self.name.as_str(), self.text.as_str());
+        self.problems
+            .iter()
+            .map(|p| p.to_diagnostic(sources, file))
+            .collect()
     }
 }
 

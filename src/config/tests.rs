@@ -736,3 +736,28 @@ agents:
         ]
     );
 }
+
+/// Config problems join rules problems in one report: the same
+/// diagnostics, codes and renderer.
+#[test]
+fn config_errors_are_diagnostics() {
+    let text = "agents:\n  defaults:\n    model: { primary: gpt }\n    modle: 1\n";
+    let e = GatewayConfig::parse(text, Format::Yaml, "g.yaml").unwrap_err();
+    let mut sources = SourceMap::new();
+    let diags = e.to_diagnostics(&mut sources);
+    let codes: Vec<_> = diags.iter().map(|d| d.code).collect();
+    assert_eq!(codes, [Code::E023, Code::W003]);
+    assert_eq!((diags[0].span.line, diags[0].span.col), (3, 23));
+    let shown = crate::diag::render_all(&diags, &sources);
+    assert!(
+        shown.starts_with("error[E023]: agents.defaults.model.primary: `gpt` has no provider"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(
+            "warning[W003]: agents.defaults.modle: unknown key, ignored\n --> g.yaml:4:5\n"
+        ),
+        "{shown}"
+    );
+    assert!(shown.ends_with("1 error, 1 warning\n"), "{shown}");
+}
