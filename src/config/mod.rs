@@ -23,7 +23,7 @@
 //! Each problem is a [`ConfigProblem`] with a stable code (E021 unreadable,
 //! E022 not YAML/JSON, E023 a value that cannot be used; W003 unknown key,
 //! W004 a secret in the file, W005 a likely mistake), rendered as a
-//! [`Diagnostic`](crate::diag::Diagnostic) by the renderer of rules
+//! [`Diagnostic`] by the renderer of rules
 //! problems; [`ConfigError`] holds them with the text they point into.
 //!
 //! The parts: [`model`](GatewayConfig) holds the typed values, `read` the
@@ -115,7 +115,7 @@ pub struct LoadedConfig {
 /// diagnostic (`error[E023]: path: message`, ` --> file:line:col`, the
 /// line with a caret, help), then `N errors, M warnings in `file``; an
 /// unreadable file is one line. [`ConfigError::to_diagnostics`] gives the
-/// problems as [`Diagnostic`](crate::diag::Diagnostic)s, to report them
+/// problems as [`Diagnostic`]s, to report them
 /// beside rules problems with [`crate::diag::render_all`].
 #[derive(Clone, Debug)]
 pub struct ConfigError {
