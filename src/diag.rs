@@ -22,7 +22,7 @@ pub const MAX_COLUMN: usize = 100;
 
 use std::fmt::Write as _;
 
-use crate::source::{SourceMap, Span, Unreadable, MAX_FILE_BYTES};
+use crate::source::{FileId, SourceMap, Span, Unreadable, MAX_FILE_BYTES};
 
 /// A stable diagnostic code. Never renumber; retire a code instead of reusing it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -69,15 +69,33 @@ pub enum Code {
     E019,
     /// A golden case that says neither `expect` nor `not`: it checks nothing.
     E020,
+    /// A gateway config file that cannot be read: missing, a directory, not
+    /// UTF-8, larger than 1 MiB.
+    E021,
+    /// A gateway config that is not YAML (or, for `.json`, not JSON): syntax,
+    /// nesting deeper than 64, an alias bomb, a bad `<<` merge key.
+    E022,
+    /// A gateway config value that cannot be used: the wrong type or shape,
+    /// a malformed model reference, an unknown name (state backend,
+    /// credential mode), a missing or duplicate id.
+    E023,
     /// A rule that can never win: an earlier rule matches everything it matches.
     W001,
     /// A regex with no literal of 3+ bytes: it runs on every message.
     W002,
+    /// A gateway config key that is not read (a near miss gets a did-you-mean).
+    W003,
+    /// A secret in the gateway config (`apiKey: …` under a profile): it is
+    /// ignored, never shown; secrets live in the state directory.
+    W004,
+    /// A gateway config value that works but is likely a mistake: a model or
+    /// profile listed twice, a cap below its base, an empty config.
+    W005,
 }
 
 impl Code {
     /// Every code, in order.
-    pub const ALL: [Code; 22] = [
+    pub const ALL: [Code; 28] = [
         Code::E001,
         Code::E002,
         Code::E003,
@@ -98,8 +116,14 @@ impl Code {
         Code::E018,
         Code::E019,
         Code::E020,
+        Code::E021,
+        Code::E022,
+        Code::E023,
         Code::W001,
         Code::W002,
+        Code::W003,
+        Code::W004,
+        Code::W005,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -124,8 +148,14 @@ impl Code {
             Code::E018 => "E018",
             Code::E019 => "E019",
             Code::E020 => "E020",
+            Code::E021 => "E021",
+            Code::E022 => "E022",
+            Code::E023 => "E023",
             Code::W001 => "W001",
             Code::W002 => "W002",
+            Code::W003 => "W003",
+            Code::W004 => "W004",
+            Code::W005 => "W005",
         }
     }
 
@@ -160,6 +190,13 @@ pub struct Diagnostic {
     pub label: String,
     pub notes: Vec<Note>,
     pub help: Option<String>,
+    /// The problem is about the whole file, or a place that could not be
+    /// found (a config key that came from a `<<` merge): `span` only names
+    /// the file, and the rendering shows ` --> file` without a line.
+    pub whole_file: bool,
+    /// Never quote the source line, whatever it holds: the problem is
+    /// about a value that is not shown (an unknown credential mode).
+    pub conceal_line: bool,
 }
 
 impl Diagnostic {
@@ -171,6 +208,8 @@ impl Diagnostic {
             label: String::new(),
             notes: Vec::new(),
             help: None,
+            whole_file: false,
+            conceal_line: false,
         }
     }
 
@@ -192,6 +231,23 @@ impl Diagnostic {
                 .label("this byte is not UTF-8 text")
                 .help("save the file as UTF-8; non-ASCII text in strings is fine once encoded as UTF-8"),
         }
+    }
+
+    /// A diagnostic about the whole of `file` ([`Diagnostic::whole_file`]).
+    pub fn for_file(code: Code, file: FileId, title: impl Into<String>) -> Self {
+        let span = Span {
+            file,
+            ..Span::default()
+        };
+        let mut d = Diagnostic::new(code, span, title);
+        d.whole_file = true;
+        d
+    }
+
+    /// Never quote the source line ([`Diagnostic::conceal_line`]).
+    pub fn conceal_line(mut self) -> Self {
+        self.conceal_line = true;
+        self
     }
 
     pub fn label(mut self, label: impl Into<String>) -> Self {
@@ -237,7 +293,18 @@ impl Diagnostic {
             self.code.as_str(),
             redact(&self.title)
         );
-        render_snippet(&mut out, sources, self.span, &redact(&self.label), "-->");
+        if self.whole_file {
+            let _ = writeln!(out, " --> {}", sources.get(self.span.file).name());
+        } else if self.conceal_line {
+            let file = sources.get(self.span.file).name();
+            let (line, col) = (self.span.line, self.span.col);
+            let gutter = line.to_string();
+            let _ = writeln!(out, " --> {file}:{line}:{col}");
+            let _ = writeln!(out, "{} |", " ".repeat(gutter.len()));
+            let _ = writeln!(out, "{gutter} | (line not shown: it may hold a secret)");
+        } else {
+            render_snippet(&mut out, sources, self.span, &redact(&self.label), "-->");
+        }
         for note in &self.notes {
             render_snippet(&mut out, sources, note.span, &redact(&note.label), ":::");
         }
@@ -450,11 +517,33 @@ pub fn sort(diags: &mut [Diagnostic]) {
     diags.sort_by_key(|d| (d.span.file, d.span.start, d.code, d.span.end));
 }
 
-/// The closest candidate to `word` by edit distance, for "did you mean" help.
+/// The candidate `word` was probably meant to be, for "did you mean" help:
+/// the first that differs only in letter case (`imagemodel`) or by two
+/// swapped neighbouring letters (`modle`), else the closest by edit
+/// distance, within a third of the word's length. The one matcher for rule
+/// names, golden-case fields and config keys.
 pub fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
+    let candidates: Vec<&'a str> = candidates.into_iter().collect();
+    let a: Vec<char> = word.chars().collect();
+    let swapped = |k: &str| {
+        let b: Vec<char> = k.chars().collect();
+        a.len() == b.len() && {
+            let diff: Vec<usize> = (0..a.len()).filter(|&i| a[i] != b[i]).collect();
+            diff.len() == 2
+                && diff[1] == diff[0] + 1
+                && a[diff[0]] == b[diff[1]]
+                && a[diff[1]] == b[diff[0]]
+        }
+    };
+    if let Some(k) = candidates
+        .iter()
+        .find(|k| k.eq_ignore_ascii_case(word) || swapped(k))
+    {
+        return Some(k);
+    }
     let limit = (word.len() / 3).max(1);
     candidates
         .into_iter()
@@ -479,18 +568,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-/// `4 MiB`, `1.0 GiB`, `512 bytes`.
-pub fn bytes_shown(n: u64) -> String {
-    const KIB: u64 = 1024;
-    match n {
-        n if n >= KIB * KIB * KIB => format!("{:.1} GiB", n as f64 / (KIB * KIB * KIB) as f64),
-        n if n >= KIB * KIB && n % (KIB * KIB) == 0 => format!("{} MiB", n / (KIB * KIB)),
-        n if n >= KIB * KIB => format!("{:.1} MiB", n as f64 / (KIB * KIB) as f64),
-        n if n >= KIB && n % KIB == 0 => format!("{} KiB", n / KIB),
-        n if n >= KIB => format!("{:.1} KiB", n as f64 / KIB as f64),
-        n => format!("{n} bytes"),
-    }
-}
+pub use crate::fsio::bytes_shown;
 
 #[cfg(test)]
 mod tests {
@@ -502,6 +580,9 @@ mod tests {
         assert_eq!(did_you_mean("rate_limt", words), Some("rate_limit"));
         assert_eq!(did_you_mean("biling", words), Some("billing"));
         assert_eq!(did_you_mean("zzz", words), None);
+        // A case slip or two swapped letters, whatever the length.
+        assert_eq!(did_you_mean("BILLING", words), Some("billing"));
+        assert_eq!(did_you_mean("modle", ["model", "mode"]), Some("model"));
     }
 
     /// On a long line the snippet is a window around the span, marked with

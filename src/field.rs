@@ -143,12 +143,8 @@ pub fn parse(name: &str, text: &str) -> Result<FieldFile, String> {
         ));
     }
     let items: Vec<Item> = serde_yaml::from_str(text).map_err(|e| {
-        let at = e
-            .location()
-            .map(|l| format!(":{}:{}", l.line(), l.column()))
-            .unwrap_or_default();
-        let msg = e.to_string();
-        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+        let (msg, at) = crate::yaml::error_message(&e);
+        let at = at.map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default();
         format!("{name}{at}: {msg}")
     })?;
     let lines = item_lines(text);

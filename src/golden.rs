@@ -362,9 +362,10 @@ pub fn parse_cases(name: &str, text: &str) -> Result<CaseFile, CasesError> {
     let cases: Vec<Case> = match serde_yaml::from_str::<Option<Vec<Case>>>(text) {
         Ok(cases) => cases.unwrap_or_default(),
         Err(e) => {
-            let (line, col) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
+            let (message, at) = crate::yaml::error_message(&e);
+            let (line, col) = at.unwrap_or((1, 1));
             let span = at_line_col(&sources, line, col);
-            let d = Diagnostic::new(Code::E019, span, strip_location(&e.to_string()))
+            let d = Diagnostic::new(Code::E019, span, message)
                 .label("here")
                 .help(
                     "a cases file is a YAML list of mappings; `status` is a number, \
@@ -424,13 +425,6 @@ fn quoted_list(words: &[&str]) -> String {
         .map(|w| format!("`{w}`"))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn strip_location(msg: &str) -> String {
-    match msg.find(" at line ") {
-        Some(i) => msg[..i].to_string(),
-        None => msg.to_string(),
-    }
 }
 
 impl Case {

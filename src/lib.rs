@@ -70,6 +70,7 @@ macro_rules! stage {
 // The stages, in the order data flows (ARCHITECTURE.md): each may import
 // only from the ones above it.
 stage!(redact);
+stage!(fsio);
 stage!(yaml);
 stage!(source);
 stage!(syntax);
@@ -77,6 +78,7 @@ stage!(diag);
 stage!(compile);
 stage!(classify);
 stage!(load);
+stage!(model_ref);
 stage!(config);
 stage!(policy);
 stage!(auth);
@@ -100,7 +102,10 @@ pub mod errors;
 
 pub use classify::{Body, Classification, Engine, Explanation, ProviderError, Rules, Scratch};
 
-pub use config::{Format, GatewayConfig};
+pub use config::{
+    AgentConfig, AgentsConfig, AuthConfig, ConfigProblem, Format, GatewayConfig, LoadedConfig,
+    ModelConfig, StateBackend, StateConfig,
+};
 pub use policy::{CronPayload, ModelKind, ModelRef};
 
 pub use auth::{CooldownPolicy, ProfileMeta};

@@ -4,7 +4,7 @@
 //! lines, profile ids and model names in `status` and `chain`, provider
 //! errors that echo a key.
 //!
-//! Three tools, from coarse to fine:
+//! Four tools, from coarse to fine:
 //!
 //! - [`may_hold_secret`]: a source line that sets a secret-named key
 //!   (`apiKey: …`) or holds a credential-shaped value is not quoted at
@@ -12,6 +12,9 @@
 //! - [`redact`]: every credential-shaped token in a text (a known prefix
 //!   such as `sk-`, `Bearer …`, a `user:password@` URL, a long random
 //!   token) is masked as a stored secret is (`sk-…wxyz`), the rest kept;
+//! - [`scrub_quoted`] and [`scrub_serde_error`]: a YAML or JSON parser's
+//!   message about a file, without the value it quotes (`invalid value:
+//!   string "…"`), for config and state files;
 //! - [`scrub_known`]: the secrets actually stored are removed from a
 //!   provider's error text, in any letter case and in part (any run of
 //!   [`MIN_SECRET_PIECE`] characters of one), since providers echo keys
@@ -438,6 +441,59 @@ pub fn scrub_known(text: &str, secrets: &[String]) -> String {
     out
 }
 
+/// A parser message with what it quotes from the file taken out: the YAML
+/// parser quotes a scalar it cannot read as its tag says (`invalid value:
+/// string "…", expected an integer`), and a duplicate key by name. A
+/// quoted value is always cut; a quoted key only when it looks like a
+/// secret.
+pub fn scrub_quoted(msg: &str) -> String {
+    let mut out = String::new();
+    let mut rest = msg;
+    while let Some(open) = rest.find('"') {
+        let body = &rest[open + 1..];
+        let mut escaped = false;
+        let close = body.char_indices().find_map(|(j, c)| {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => return Some(j),
+                _ => {}
+            }
+            None
+        });
+        let Some(close) = close else { break };
+        out.push_str(&rest[..open]);
+        let quoted = &body[..close];
+        if out.ends_with("string ") || looks_like_secret(quoted) {
+            out.push_str("\"…\"");
+        } else {
+            out.push('"');
+            out.push_str(quoted);
+            out.push('"');
+        }
+        rest = &body[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The text of a serde error without the value it quotes: serde's
+/// "invalid type: string \"…\", expected …" would repeat whatever was in
+/// the file.
+pub fn scrub_serde_error(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    if let Some(rest) = s.strip_prefix("invalid type: ") {
+        let kind = rest.split([' ', ',']).next().unwrap_or("value");
+        let expected = rest.split(", expected ").nth(1).unwrap_or("another type");
+        return format!("a {kind} where {expected} was expected");
+    }
+    if let Some(rest) = s.strip_prefix("invalid value: ") {
+        let expected = rest.split(", expected ").nth(1).unwrap_or("another value");
+        return format!("a value where {expected} was expected");
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -499,5 +555,13 @@ mod tests {
             scrub_known("pw HUNTER2 pw", &["hunter2".into()]),
             "pw <redacted> pw"
         );
+    }
+
+    #[test]
+    fn scrubbed_errors_do_not_quote_values() {
+        let e = serde_json::from_value::<u64>(serde_json::json!("sk-secret")).unwrap_err();
+        let s = scrub_serde_error(&e);
+        assert!(!s.contains("sk-secret"), "{s}");
+        assert!(s.contains("u64"), "{s}");
     }
 }

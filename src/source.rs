@@ -5,8 +5,6 @@
 //! 1-based line and column (in characters) of its start, so a diagnostic or
 //! an `--explain` line can point at it without the source at hand.
 
-use std::path::Path;
-
 /// Index of a file in a [`SourceMap`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct FileId(pub u32);
@@ -31,8 +29,7 @@ pub struct Span {
 /// mistake (a log pasted in, a binary), not 40,000 rules.
 pub const MAX_FILE_BYTES: usize = 4 * 1024 * 1024;
 
-/// The UTF-8 byte-order mark, which editors on Windows put before a file.
-pub const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+pub use crate::fsio::UTF8_BOM;
 
 /// One rules file's name (as shown to the operator) and text.
 #[derive(Debug)]
@@ -219,10 +216,7 @@ impl SourceMap {
     }
 }
 
-/// Display name for a file on disk: the path as given, with `/` separators.
-pub fn display_name(path: &Path) -> String {
-    path.to_string_lossy().replace('\\', "/")
-}
+pub use crate::fsio::display_name;
 
 #[cfg(test)]
 mod tests {

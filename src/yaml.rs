@@ -37,6 +37,7 @@
 //! below ten times is 10^10 nodes: refused at the alias that crosses
 //! [`MAX_ALIAS_NODES`], with its line and column.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use saphyr_parser::{Event, Parser};
@@ -97,7 +98,7 @@ impl std::error::Error for YamlRefused {}
 
 /// One step of a path into a YAML document: a mapping key or a sequence
 /// index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Step<'a> {
     Key(&'a str),
     Index(usize),
@@ -107,67 +108,271 @@ pub enum Step<'a> {
 /// that passed [`guard`]), for messages about values that typed
 /// deserialization placed nowhere. `None` when there is no such node.
 pub fn position_of(text: &str, path: &[Step]) -> Option<(usize, usize)> {
+    places(text, &[(path, false)])[0]
+}
+
+/// The places of many paths in one read of `text` (a text that passed
+/// [`guard`]): for each `(path, at_key)`, the 1-based line and column of
+/// the node at `path`, or with `at_key` of the mapping key that names it
+/// (an unknown key is shown at the key, a wrong value at the value).
+/// `None` where there is no such node (a key that came from a `<<` merge).
+///
+/// A path may run through an alias (`fallbacks: *shared`): what the alias
+/// names is placed where its anchor wrote it, as `serde_yaml` does when it
+/// replays the anchor.
+///
+/// Example: in `a:\n  - x\n  - {b: 1}\n`, `[a, 1, b]` is at 3:8, and its
+/// key at 3:5.
+pub fn places(text: &str, wanted: &[(&[Step], bool)]) -> Vec<Option<(usize, usize)>> {
+    let mut walk = Places {
+        wanted,
+        by_path: HashMap::new(),
+        out: vec![None; wanted.len()],
+        path: Vec::new(),
+        frames: Vec::new(),
+        open_anchors: Vec::new(),
+        anchors: HashMap::new(),
+    };
+    for (i, (path, _)) in wanted.iter().enumerate() {
+        let owned = path.iter().map(|s| PathStep::from(*s)).collect();
+        walk.by_path.entry(owned).or_default().push(i);
+    }
+    if wanted.is_empty() {
+        return walk.out;
+    }
     let mut parser = Parser::new_from_str(text);
-    let mut next = move || match parser.next_event() {
-        Some(Ok((e, span))) => Some((e, span.start.line(), span.start.col() + 1)),
-        _ => None,
-    };
-    // Skips the rest of a node whose first event was `first`.
-    fn skip<'t>(
-        first: &Event<'t>,
-        next: &mut impl FnMut() -> Option<(Event<'t>, usize, usize)>,
-    ) -> Option<()> {
-        let mut depth = usize::from(matches!(
-            first,
-            Event::SequenceStart(..) | Event::MappingStart(..)
-        ));
-        while depth > 0 {
-            match next()?.0 {
-                Event::SequenceStart(..) | Event::MappingStart(..) => depth += 1,
-                Event::SequenceEnd | Event::MappingEnd => depth -= 1,
-                _ => {}
-            }
+    while let Some(Ok((event, span))) = parser.next_event() {
+        let at = (span.start.line(), span.start.col() + 1);
+        match event {
+            Event::Scalar(value, _, anchor, _) => walk.node(Node::Scalar(&value), anchor, at),
+            Event::SequenceStart(anchor, _) => walk.node(Node::Sequence, anchor, at),
+            Event::MappingStart(anchor, _) => walk.node(Node::Mapping, anchor, at),
+            Event::Alias(id) => walk.node(Node::Alias(id), 0, at),
+            Event::SequenceEnd | Event::MappingEnd => walk.end(),
+            // One document is read, as `serde_yaml` reads one.
+            Event::DocumentEnd => break,
+            _ => {}
         }
-        Some(())
     }
-    let mut node = loop {
-        let n = next()?;
-        if !matches!(n.0, Event::StreamStart | Event::DocumentStart(_)) {
-            break n;
+    walk.out
+}
+
+/// A step of a path, owned: keys from the parser may be unescaped copies.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum PathStep {
+    Key(String),
+    Index(usize),
+}
+
+impl From<Step<'_>> for PathStep {
+    fn from(s: Step<'_>) -> Self {
+        match s {
+            Step::Key(k) => PathStep::Key(k.to_string()),
+            Step::Index(i) => PathStep::Index(i),
         }
-    };
-    for step in path {
-        node = match (&node.0, step) {
-            (Event::MappingStart(..), Step::Key(want)) => loop {
-                let key = next()?;
-                match &key.0 {
-                    Event::MappingEnd => return None,
-                    Event::Scalar(k, ..) if k == want => break next()?,
-                    _ => {
-                        skip(&key.0, &mut next)?;
-                        let value = next()?;
-                        skip(&value.0, &mut next)?;
-                    }
+    }
+}
+
+type Place = (usize, usize);
+
+enum Node<'v> {
+    Scalar(&'v str),
+    Sequence,
+    Mapping,
+    Alias(usize),
+}
+
+/// An open collection while [`places`] reads.
+struct Frame {
+    /// Reachable by a path: not inside a mapping key (`? [a, b]: …`), nor
+    /// the value of such a key.
+    alive: bool,
+    /// A sequence: the index of the next item.
+    next_index: usize,
+    /// A mapping: `None` while a key is expected; then the key just read
+    /// (its text and place, or `None` when it is not a scalar).
+    mapping: bool,
+    pending_key: Option<Option<(String, Place)>>,
+    anchor: usize,
+    /// Whether it added a step to the path (the root adds none).
+    pushed: bool,
+}
+
+/// What an anchored node holds: each node's path below it, its place and
+/// its key's place.
+type Anchored = Vec<(Vec<PathStep>, Place, Place)>;
+
+struct Places<'w, 'p> {
+    wanted: &'w [(&'p [Step<'p>], bool)],
+    by_path: HashMap<Vec<PathStep>, Vec<usize>>,
+    out: Vec<Option<Place>>,
+    /// The path of the innermost open (alive) collection.
+    path: Vec<PathStep>,
+    frames: Vec<Frame>,
+    /// Anchored nodes being read: their depth in `path`, and what they hold.
+    open_anchors: Vec<(usize, Anchored)>,
+    anchors: HashMap<usize, Anchored>,
+}
+
+impl Places<'_, '_> {
+    /// A node at `at` begins (a scalar or alias is also complete).
+    fn node(&mut self, node: Node<'_>, anchor: usize, at: Place) {
+        // Where the node stands: its step from the open collection, and
+        // the place of its key (its own place when it has none).
+        let step = match self.frames.last_mut() {
+            None => Some((None, at)),
+            Some(f) if !f.alive => None,
+            Some(f) if !f.mapping => {
+                f.next_index += 1;
+                Some((Some(PathStep::Index(f.next_index - 1)), at))
+            }
+            Some(f) => match f.pending_key.take() {
+                // A key: remembered for the value that follows.
+                None => {
+                    let key = match node {
+                        Node::Scalar(k) => Some((k.to_string(), at)),
+                        _ => None,
+                    };
+                    f.pending_key = Some(key);
+                    None
                 }
+                Some(None) => None,
+                Some(Some((k, key_at))) => Some((Some(PathStep::Key(k)), key_at)),
             },
-            (Event::SequenceStart(..), Step::Index(want)) => {
-                let mut i = 0;
-                loop {
-                    let item = next()?;
-                    if matches!(item.0, Event::SequenceEnd) {
-                        return None;
-                    }
-                    if i == *want {
-                        break item;
-                    }
-                    skip(&item.0, &mut next)?;
-                    i += 1;
+        };
+        let Some((step, key_at)) = step else {
+            if matches!(node, Node::Sequence | Node::Mapping) {
+                self.frames.push(Frame::dead());
+            }
+            return;
+        };
+        let depth = self.path.len();
+        if let Some(step) = step {
+            self.path.push(step);
+        }
+        match node {
+            Node::Alias(id) => {
+                let named = self.anchors.get(&id).cloned().unwrap_or_default();
+                for (below, place, below_key_at) in named {
+                    let key = if below.is_empty() {
+                        key_at
+                    } else {
+                        below_key_at
+                    };
+                    let len = self.path.len();
+                    self.path.extend(below);
+                    self.record(place, key);
+                    self.path.truncate(len);
+                }
+                self.path.truncate(depth);
+            }
+            Node::Scalar(_) => {
+                if anchor > 0 {
+                    self.open_anchors.push((self.path.len(), Vec::new()));
+                }
+                self.record(at, key_at);
+                if anchor > 0 {
+                    self.close_anchor(anchor);
+                }
+                self.path.truncate(depth);
+            }
+            Node::Sequence | Node::Mapping => {
+                if anchor > 0 {
+                    self.open_anchors.push((self.path.len(), Vec::new()));
+                }
+                self.record(at, key_at);
+                self.frames.push(Frame {
+                    alive: true,
+                    next_index: 0,
+                    mapping: matches!(node, Node::Mapping),
+                    pending_key: None,
+                    anchor,
+                    pushed: depth < self.path.len(),
+                });
+            }
+        }
+    }
+
+    /// The innermost open collection ends.
+    fn end(&mut self) {
+        let Some(f) = self.frames.pop() else { return };
+        if f.alive {
+            if f.anchor > 0 {
+                self.close_anchor(f.anchor);
+            }
+            if f.pushed {
+                self.path.pop();
+            }
+        }
+    }
+
+    fn close_anchor(&mut self, anchor: usize) {
+        if let Some((_, held)) = self.open_anchors.pop() {
+            self.anchors.insert(anchor, held);
+        }
+    }
+
+    /// The node at `self.path` is at `at`, its key at `key_at`.
+    fn record(&mut self, at: Place, key_at: Place) {
+        let path = &self.path;
+        if let Some(hits) = self.by_path.get(path) {
+            for &i in hits {
+                if self.out[i].is_none() {
+                    let at_key = self.wanted[i].1 && !path.is_empty();
+                    self.out[i] = Some(if at_key { key_at } else { at });
                 }
             }
-            _ => return None,
-        };
+        }
+        for (depth, held) in &mut self.open_anchors {
+            held.push((self.path[*depth..].to_vec(), at, key_at));
+        }
     }
-    Some((node.1, node.2))
+}
+
+impl Frame {
+    fn dead() -> Self {
+        Frame {
+            alive: false,
+            next_index: 0,
+            mapping: false,
+            pending_key: None,
+            anchor: 0,
+            pushed: false,
+        }
+    }
+}
+
+/// A YAML or JSON parser's message without the position it ends with
+/// (` at line L column C`, where `at` is that line and column): callers
+/// show the position on its own. A second position, in the context
+/// (`…, while parsing a block mapping at line 3 column 5`), says where an
+/// unclosed block began and stays, worded as such. A trailing `.` goes.
+pub fn strip_position(msg: &str, at: Option<(usize, usize)>) -> String {
+    let msg = msg.trim_end_matches('.');
+    let (main, context) = match msg.split_once(", while ") {
+        Some((m, c)) => (m, Some(c)),
+        None => (msg, None),
+    };
+    let mut out = match at {
+        Some((line, column)) => {
+            let tail = format!(" at line {line} column {column}");
+            main.strip_suffix(tail.as_str()).unwrap_or(main).to_string()
+        }
+        None => main.to_string(),
+    };
+    if let Some(c) = context {
+        out.push_str(", while ");
+        out.push_str(&c.replace(" at line ", " that starts at line "));
+    }
+    out
+}
+
+/// A `serde_yaml` error's words without its position ([`strip_position`]
+/// with the error's own [`location`](serde_yaml::Error::location)), and
+/// that position (1-based line and column), if it has one.
+pub fn error_message(e: &serde_yaml::Error) -> (String, Option<(usize, usize)>) {
+    let at = e.location().map(|l| (l.line(), l.column()));
+    (strip_position(&e.to_string(), at), at)
 }
 
 /// One open collection: its anchor id (0: none), the nodes in it so far
@@ -434,6 +639,60 @@ mod tests {
         assert_eq!(guard(&ok), Ok(()));
         let over = format!("a: {}{}", "[".repeat(64), "]".repeat(64));
         assert_eq!(kind(&over), Some(Refusal::TooDeep));
+    }
+
+    /// One read places every path: keys, indices, flow and block style,
+    /// keys for `at_key`, what an alias names where its anchor is, and
+    /// nothing for paths that are not there.
+    #[test]
+    fn places_finds_every_path_in_one_read() {
+        let text = "a:\n  - x\n  - {b: 1, \"q\": [y, &z {c: 2}]}\nd: *z\n";
+        let p = |path: &[Step], at_key| places(text, &[(path, at_key)])[0];
+        use Step::{Index as I, Key as K};
+        assert_eq!(p(&[], false), Some((1, 1)));
+        assert_eq!(p(&[K("a"), I(0)], false), Some((2, 5)));
+        assert_eq!(p(&[K("a"), I(1), K("b")], false), Some((3, 9)));
+        assert_eq!(p(&[K("a"), I(1), K("b")], true), Some((3, 6)));
+        assert_eq!(
+            p(&[K("a"), I(1), K("q"), I(1), K("c")], false),
+            Some((3, 28))
+        );
+        // Through the alias: the anchor's place; the key is the alias's.
+        assert_eq!(p(&[K("d"), K("c")], false), Some((3, 28)));
+        assert_eq!(p(&[K("d")], false), Some((3, 21)));
+        assert_eq!(p(&[K("d")], true), Some((4, 1)));
+        assert_eq!(p(&[K("a"), I(2)], false), None);
+        assert_eq!(p(&[K("nope")], false), None);
+        assert_eq!(p(&[K("a"), K("b")], false), None);
+        // Many at once, in the order asked.
+        let paths: [&[Step]; 3] = [&[K("d")], &[K("a")], &[K("zz")]];
+        let wanted: Vec<(&[Step], bool)> = paths.iter().map(|p| (*p, false)).collect();
+        assert_eq!(places(text, &wanted), [Some((3, 21)), Some((2, 3)), None]);
+    }
+
+    #[test]
+    fn strip_position_cuts_only_the_position_it_is_given() {
+        assert_eq!(
+            strip_position("did not find expected key at line 3 column 5", Some((3, 5))),
+            "did not find expected key"
+        );
+        // Another position is words, not the error's position.
+        assert_eq!(
+            strip_position("x at line 9 column 9", Some((3, 5))),
+            "x at line 9 column 9"
+        );
+        assert_eq!(
+            strip_position(
+                "mapping values are not allowed in this context at line 4 column 8, \
+                 while parsing a block mapping at line 3 column 5.",
+                Some((4, 8))
+            ),
+            "mapping values are not allowed in this context, \
+             while parsing a block mapping that starts at line 3 column 5"
+        );
+        let e = serde_yaml::from_str::<u32>("x: [").unwrap_err();
+        let (msg, at) = error_message(&e);
+        assert!(at.is_some() && !msg.contains(" at line "), "{msg}");
     }
 
     /// The shipped YAML files (config examples, cases, scenarios) pass.

@@ -458,7 +458,7 @@ fn bad_configs_exit_2_with_located_errors() {
     let (_, _, stderr) = chain(&["--config", "examples/configs/bad/fallbacks-string.yaml"]);
     assert!(
         stderr.contains(
-            "error: agents.list[2].model.fallbacks: expected a list of \"provider/model\" strings"
+            "error[E023]: agents.list[2].model.fallbacks: expected a list of \"provider/model\" strings"
         ),
         "{stderr}"
     );
@@ -485,11 +485,11 @@ fn bad_flags_and_agents_exit_2() {
         ),
         (
             &["--config", "examples/configs/none.yaml"],
-            "error: cannot read config `examples/configs/none.yaml`: no such file or directory\n",
+            "error[E021]: cannot read config `examples/configs/none.yaml`: no such file or directory\n",
         ),
         (
             &["--config", "examples/configs"],
-            "error: config `examples/configs` is a directory, not a file\n",
+            "error[E021]: config `examples/configs` is a directory, not a file\n",
         ),
         (
             &["--config", GATEWAY, "--no-defaults"],
@@ -538,7 +538,7 @@ fn five_megabyte_config_is_refused() {
     assert_eq!(code, 2);
     assert!(stdout.is_empty());
     assert!(
-        stderr.starts_with("error: config `") && stderr.contains("is larger than 1024 KiB"),
+        stderr.starts_with("error[E021]: config `") && stderr.contains("is larger than 1024 KiB"),
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");

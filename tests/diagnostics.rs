@@ -84,6 +84,9 @@ fn every_code_is_exercised_by_a_golden_file() {
         if path.to_string_lossy().ends_with(".cases.yaml") {
             seen.extend(render_cases(&path).1.into_iter().map(|c| c.as_str()));
         }
+        if path.to_string_lossy().contains(".config.") {
+            seen.extend(render_config(&path).1.into_iter().map(|c| c.as_str()));
+        }
     }
     for code in Code::ALL {
         assert!(
@@ -100,4 +103,38 @@ fn three_independent_errors_are_reported_together() {
         .join("tests/diagnostics/three_independent_errors.rules");
     let (_, codes) = render(&path);
     assert_eq!(codes, vec![Code::E006, Code::E004, Code::E002]);
+}
+
+/// A broken gateway config (`tests/diagnostics/*.config.*`), read as
+/// `--config` reads it: its rendered problems and their codes.
+fn render_config(path: &std::path::Path) -> (String, Vec<Code>) {
+    let name = format!(
+        "tests/diagnostics/{}",
+        path.file_name().unwrap().to_string_lossy()
+    );
+    match failover::config::GatewayConfig::load(std::path::Path::new(&name)) {
+        Ok(c) => (
+            failover::config::render_problems(&c.warnings, &c.name, &c.text),
+            c.warnings.iter().map(|p| p.code).collect(),
+        ),
+        Err(e) => (e.to_string(), e.problems.iter().map(|p| p.code).collect()),
+    }
+}
+
+/// Config problems are diagnostics like the rules' own: a stable code
+/// (E021–E023, W003–W005), the key path, `file:line:col`, the line with a
+/// caret unless it may hold a secret, help (issue 14).
+#[test]
+fn broken_config_files_render_reviewed_diagnostics() {
+    insta::glob!("diagnostics/*.config.*", |path| {
+        let (text, codes) = render_config(path);
+        let name = path.file_name().unwrap().to_string_lossy().to_uppercase();
+        assert!(
+            codes.iter().any(|c| name.starts_with(c.as_str())),
+            "{} does not produce the code its name announces: {codes:?}\n{text}",
+            path.display()
+        );
+        assert!(!text.contains("sk-FAKE"), "{text}");
+        insta::assert_snapshot!(text);
+    });
 }

@@ -49,8 +49,6 @@
 //! own configured chain; agents' `model` keys are text models and do not
 //! route images.
 
-pub mod model_ref;
-
 use std::fmt;
 
 use serde::Serialize;
@@ -58,11 +56,11 @@ use serde::Serialize;
 pub use crate::compile::{
     FallbackList, SelectionPolicies, SelectionPolicy, SelectionSource, SelectionTarget,
 };
-pub use model_ref::{ModelRef, ModelRefError};
+pub use crate::model_ref::{ModelRef, ModelRefError};
 
 use crate::config::{GatewayConfig, ModelConfig};
 use crate::diag::did_you_mean;
-use model_ref::shown;
+use crate::model_ref::shown;
 
 /// Which configured chain a run uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

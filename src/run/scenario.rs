@@ -290,11 +290,11 @@ pub const MAX_SCENARIO_BYTES: u64 = 1 << 20;
 
 /// Reads and runs a scenario file.
 pub fn simulate_file(path: &Path, engine: Arc<Engine>) -> Result<Report, ScenarioError> {
-    let text = crate::load::read_regular_text(path, MAX_SCENARIO_BYTES).map_err(|e| {
+    let text = crate::fsio::read_regular_text(path, MAX_SCENARIO_BYTES).map_err(|e| {
         bad(format!(
             "cannot read `{}`: {}",
             path.display(),
-            crate::load::plain_io(&e)
+            crate::fsio::plain_io(&e)
         ))
     })?;
     if let Err(refused) = crate::yaml::guard(&text) {

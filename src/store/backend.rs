@@ -17,7 +17,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::config::{StateBackend, StateConfig};
 
 use super::face::{AsyncStore, SyncFace};
 use super::file::FileStore;
@@ -26,6 +25,48 @@ use super::redis_store::{RedisStore, DEFAULT_PREFIX};
 #[cfg(feature = "sqlite")]
 use super::sqlite::{sqlite_path, SqliteStore};
 use super::{Store, StoreError};
+
+/// A state backend (`state.backend`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateBackend {
+    /// The embedded SQLite database under `--state DIR` (the default).
+    Sqlite,
+    /// Redis at `state.url`, keys under `state.prefix`.
+    Redis,
+    /// The JSON files of the original layout (SPEC R5).
+    Files,
+}
+
+impl StateBackend {
+    pub const NAMES: [&'static str; 3] = ["sqlite", "redis", "files"];
+
+    pub fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "sqlite" => Some(StateBackend::Sqlite),
+            "redis" => Some(StateBackend::Redis),
+            "files" => Some(StateBackend::Files),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StateBackend::Sqlite => "sqlite",
+            StateBackend::Redis => "redis",
+            StateBackend::Files => "files",
+        }
+    }
+}
+
+/// `state: { backend: redis, url: "redis://127.0.0.1:6379/0", prefix: "failover:" }`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateConfig {
+    pub backend: StateBackend,
+    /// Redis only: the server (`redis://[user:password@]host:port/db`).
+    pub url: Option<String>,
+    /// Redis only: the key prefix (default `failover:`).
+    pub prefix: Option<String>,
+}
 
 /// One agent's state, both faces of one backend.
 #[derive(Clone)]

@@ -160,7 +160,7 @@ fn read_json(path: &Path, limit: u64) -> Result<Read, StoreError> {
     // Only a regular file is read (a FIFO would block for ever, a device
     // such as `/dev/zero` never ends), and only when its size is within
     // `limit`, checked before reading.
-    let bytes = match crate::load::read_regular(path, limit) {
+    let bytes = match crate::fsio::read_regular(path, limit) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Read::Missing),
         Err(e) => return Err(StoreError::io("read", path, &e)),
@@ -280,7 +280,7 @@ impl FileStore {
         detail: String,
     ) -> Result<(), StoreError> {
         let bytes =
-            crate::load::read_regular(path, limit).map_err(|e| StoreError::io("read", path, &e))?;
+            crate::fsio::read_regular(path, limit).map_err(|e| StoreError::io("read", path, &e))?;
         let target = self.aside_path(path);
         write_atomic_with(&target, &bytes, mode, None)
             .map_err(|e| StoreError::io("move aside", path, &e))?;
@@ -303,7 +303,7 @@ impl FileStore {
         replaced: &[String],
     ) -> Result<(), StoreError> {
         let bytes =
-            crate::load::read_regular(path, limit).map_err(|e| StoreError::io("read", path, &e))?;
+            crate::fsio::read_regular(path, limit).map_err(|e| StoreError::io("read", path, &e))?;
         let target = self.aside_path(path);
         write_atomic_with(&target, &bytes, mode, None)
             .map_err(|e| StoreError::io("copy aside", &target, &e))?;

@@ -68,7 +68,7 @@ use std::path::PathBuf;
 pub use atomic::create_private_dir;
 #[cfg(any(test, feature = "test-util"))]
 pub use atomic::{FaultAction, FaultPlan, WriteFault};
-pub use backend::{backend_of, open as open_backend, open_docs, Opened};
+pub use backend::{StateBackend, StateConfig, backend_of, open as open_backend, open_docs, Opened};
 pub use clock::{
     format_span, format_utc, Clock, ManualClock, SystemClock, DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS,
 };
@@ -89,7 +89,7 @@ pub use sessions::{OverrideFields, OverrideSource, SessionEntry, SessionStore};
 pub use sqlite::SqliteStore;
 pub use state::{AuthState, UsageStats};
 
-use crate::syntax::display_name;
+use crate::fsio::display_name;
 
 /// A failure to read or write the state (the disk, permissions). Damaged
 /// contents are [`Problem`]s instead.
@@ -119,7 +119,7 @@ impl StoreError {
         StoreError::Io {
             op,
             path: display_name(path),
-            detail: crate::load::plain_io(e),
+            detail: crate::fsio::plain_io(e),
         }
     }
 }

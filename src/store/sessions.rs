@@ -24,8 +24,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::json::{de_opt_ms, kind, scrub_serde_error};
+use super::json::{de_opt_ms, kind};
 use super::Problem;
+use crate::redact::scrub_serde_error;
 
 /// Who set an override (`modelOverrideSource`, `authProfileOverrideSource`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

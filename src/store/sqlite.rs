@@ -86,7 +86,7 @@ impl std::fmt::Debug for SqliteStore {
 fn db_err(op: &'static str, path: &Path, e: rusqlite::Error) -> StoreError {
     StoreError::Io {
         op,
-        path: crate::syntax::display_name(path),
+        path: crate::fsio::display_name(path),
         detail: e.to_string(),
     }
 }
@@ -209,7 +209,7 @@ impl SqliteStore {
         match serde_json::from_str(text) {
             Ok(v) => Some(v),
             Err(e) => {
-                self.report(what, key, super::json::scrub_serde_error(&e));
+                self.report(what, key, crate::redact::scrub_serde_error(&e));
                 None
             }
         }

@@ -40,8 +40,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::json::{de_count, de_opt_ms, kind, scrub_serde_error};
+use super::json::{de_count, de_opt_ms, kind};
 use super::Problem;
+use crate::redact::scrub_serde_error;
 
 /// The file format version this build writes.
 pub const STATE_VERSION: u64 = 1;
