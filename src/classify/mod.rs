@@ -35,6 +35,7 @@
 //! rule → `rate_limit` (SPEC R8.3).
 
 pub mod input;
+pub mod stream;
 
 use std::cell::RefCell;
 
