@@ -34,7 +34,7 @@ use serde_json::Value;
 
 use crate::classify::{Engine, ProviderError};
 use crate::compile::DisableLane;
-use crate::golden::preview;
+use crate::golden::preview_line;
 
 /// The default floor of exact agreement (percent) below which `failover
 /// test` fails.
@@ -415,7 +415,7 @@ fn agreement_table(out: &mut String, group: &str, rows: &BTreeMap<String, Agreem
         let _ = writeln!(
             out,
             "  {:<24} {:>5} {:>7.1}% {:>9.1}%",
-            preview(name, 24),
+            preview_line(name, 24),
             a.items,
             a.exact_pct(),
             a.decision_pct()
@@ -442,7 +442,7 @@ fn verdict_line(out: &mut String, v: &Verdict) {
         out,
         "    provider={}{status} {}",
         v.item.provider.as_deref().unwrap_or("-"),
-        preview(&v.item.text(), 110)
+        preview_line(&v.item.text(), 110)
     );
 }
 
