@@ -153,9 +153,11 @@ struct ErrorLine<'a> {
 /// use failover::classify::stream::{self, Options};
 /// let options = Options::default().workers(2).max_line_bytes(64);
 /// let input = format!("{{\"message\": \"{}\"}}\n{{\"status\": 503}}\n", "x".repeat(100));
+/// // Read 16 bytes at a time, so the 64-byte limit is checked exactly.
+/// let reader = std::io::BufReader::with_capacity(16, input.as_bytes());
 /// let mut output = Vec::new();
 /// let engine = failover::Engine::builtin();
-/// let summary = stream::classify(&engine, input.as_bytes(), &mut output, &options, |_| {})?;
+/// let summary = stream::classify(&engine, reader, &mut output, &options, |_| {})?;
 /// assert_eq!((summary.lines, summary.bad), (2, 1));
 /// let text = String::from_utf8(output).unwrap();
 /// assert!(text.starts_with("{\"line\":1,"), "{text}");
@@ -193,8 +195,10 @@ impl Options {
     /// line (`line is longer than … ; not read`) and the stream goes on.
     /// The check runs on the line being read, so it is exact when the
     /// limit is larger than one read of the input (`failover classify`
-    /// reads 64 KiB at a time). Default 64 MiB; a message is judged on its
-    /// first 1 MiB anyway.
+    /// reads 64 KiB at a time); a line that arrives whole in one larger
+    /// read (from a `&[u8]`, say, whose one read is all of it) may be
+    /// classified even when longer. Default 64 MiB; a message is judged
+    /// on its first 1 MiB anyway.
     pub fn max_line_bytes(mut self, bytes: usize) -> Self {
         self.max_line_bytes = bytes;
         self
