@@ -6,6 +6,7 @@
 //! | error | returned by |
 //! |---|---|
 //! | [`RulesError`] | [`Rules::build`](crate::Rules::build) |
+//! | [`StreamError`] | [`stream::classify`](crate::stream::classify): the input or the output failed |
 //! | [`Diagnostics`] | inside [`RulesError::Invalid`]: every problem in the rules |
 //! | [`ConfigError`] | [`GatewayConfig::load`](crate::GatewayConfig::load), [`GatewayConfig::parse`](crate::GatewayConfig::parse) |
 //! | [`RunError`] | [`Runner::run`](crate::Runner::run): the run did not produce an answer |
@@ -16,6 +17,7 @@
 //! | [`PolicyError`] | [`CooldownPolicy::hours`](crate::CooldownPolicy::hours) and friends: a length that is not one |
 
 pub use crate::auth::{PolicyError, RoutingError};
+pub use crate::classify::stream::StreamError;
 pub use crate::classify::RulesError;
 pub use crate::config::ConfigError;
 pub use crate::diag::{Code, Diagnostic, Diagnostics, Note, Severity};

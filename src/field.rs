@@ -34,7 +34,7 @@ use serde_json::Value;
 
 use crate::classify::{Engine, ProviderError};
 use crate::compile::DisableLane;
-use crate::golden::preview;
+use crate::golden::preview_line;
 
 /// The default floor of exact agreement (percent) below which `failover
 /// test` fails.
@@ -64,7 +64,12 @@ pub struct Item {
     pub body: Option<Value>,
     /// The reason (or the defensible reasons) the SPEC gives this error.
     pub expected: Labels,
+    /// Why the SPEC gives it that reason, and where the error text comes
+    /// from (a citation): required in every entry, for the reviewer; the
+    /// runner does not read them.
+    #[allow(dead_code)]
     pub why: String,
+    #[allow(dead_code)]
     pub source: String,
 }
 
@@ -411,7 +416,7 @@ fn agreement_table(out: &mut String, group: &str, rows: &BTreeMap<String, Agreem
         let _ = writeln!(
             out,
             "  {:<24} {:>5} {:>7.1}% {:>9.1}%",
-            preview(name, 24),
+            preview_line(name, 24),
             a.items,
             a.exact_pct(),
             a.decision_pct()
@@ -438,7 +443,7 @@ fn verdict_line(out: &mut String, v: &Verdict) {
         out,
         "    provider={}{status} {}",
         v.item.provider.as_deref().unwrap_or("-"),
-        preview(&v.item.text(), 110)
+        preview_line(&v.item.text(), 110)
     );
 }
 

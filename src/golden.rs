@@ -54,8 +54,10 @@ pub struct Case {
     /// Reasons this error must not get.
     #[serde(default)]
     pub not: Option<OneOrMany>,
-    /// The SPEC id or source the case pins.
+    /// The SPEC id or source the case pins: for the reader of the file
+    /// (required by review, not by the runner).
     #[serde(default)]
+    #[allow(dead_code)]
     pub spec: Option<String>,
 }
 
@@ -459,14 +461,14 @@ impl Case {
             parts.push(format!("type={t}"));
         }
         if let Some(m) = &self.message {
-            parts.push(format!("{:?}", preview(m, 70)));
+            parts.push(format!("{:?}", preview_line(m, 70)));
         }
         if let Some(b) = &self.body {
             let text = match b {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            parts.push(format!("body={}", preview(&text, 70)));
+            parts.push(format!("body={}", preview_line(&text, 70)));
         }
         if parts.is_empty() {
             "(empty)".into()
@@ -498,16 +500,20 @@ pub(crate) fn error_input<'a>(
     }
 }
 
-/// One line of at most `max` characters (a newline shown as `⏎`).
+/// At most `max` characters of `s`, and `…` when it was cut.
 pub(crate) fn preview(s: &str, max: usize) -> String {
-    let one_line = s.replace('\n', "⏎");
-    if one_line.chars().count() <= max {
-        one_line
+    if s.chars().count() <= max {
+        s.to_string()
     } else {
-        let mut t: String = one_line.chars().take(max).collect();
+        let mut t: String = s.chars().take(max).collect();
         t.push('…');
         t
     }
+}
+
+/// [`preview`] on one line: a newline shown as `⏎`.
+pub(crate) fn preview_line(s: &str, max: usize) -> String {
+    preview(&s.replace('\n', "⏎"), max)
 }
 
 /// What one case produced.
@@ -1076,6 +1082,7 @@ pub fn report_json(report: &Report) -> Value {
 
 /// The review table of one cases file (what the insta snapshot shows):
 /// each case's input and verdict.
+#[cfg(any(test, feature = "test-util"))]
 pub fn render_case_table(report: &Report, file: &str) -> String {
     let mut out = String::new();
     for o in report.outcomes.iter().filter(|o| o.file == file) {

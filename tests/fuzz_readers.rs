@@ -313,12 +313,12 @@ fn fuzz_jsonl_lines() {
     }
     fuzz("JSONL line", seeds, JSON_TOKENS, |input| {
         let mut out = Vec::new();
-        failover::cli::classify::classify_stream(
+        failover::classify::stream::classify(
             engine(),
             std::io::Cursor::new(input.to_vec()),
             &mut out,
-            true,
-            None::<std::io::Sink>,
+            &failover::classify::stream::Options::default().explain(true),
+            |_| {},
         )
         .unwrap();
         // One output line per input line (blank lines are skipped).

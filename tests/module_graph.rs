@@ -251,7 +251,10 @@ fn the_leaves_import_nothing() {
     }
     // Source maps sit on the file reading alone.
     let source = top.get("source").cloned().unwrap_or_default();
-    assert!(source.iter().all(|m| m == "fsio"), "source imports {source:?}");
+    assert!(
+        source.iter().all(|m| m == "fsio"),
+        "source imports {source:?}"
+    );
 }
 
 /// The checker itself finds a cycle and reads groups and `super::`.

@@ -56,7 +56,11 @@ pub fn render_explanation(engine: &Engine, c: &Classification, ex: &Explanation)
         ex.code.as_deref().unwrap_or("-"),
         ex.error_type.as_deref().unwrap_or("-")
     );
-    let _ = writeln!(out, "message:  {:?}", preview(&ex.message, 200));
+    let _ = writeln!(
+        out,
+        "message:  {:?}",
+        crate::golden::preview(&ex.message, 200)
+    );
     let atoms: Vec<String> = ex.atoms_hit.iter().map(|a| format!("{a:?}")).collect();
     let _ = writeln!(
         out,
@@ -79,15 +83,5 @@ pub fn render_explanation(engine: &Engine, c: &Classification, ex: &Explanation)
         );
     }
     out
-}
-
-fn preview(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(max).collect();
-        t.push('…');
-        t
-    }
 }
 

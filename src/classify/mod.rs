@@ -37,6 +37,7 @@
 mod explain;
 pub mod input;
 mod rules;
+pub mod stream;
 
 use std::cell::RefCell;
 

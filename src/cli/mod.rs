@@ -5,7 +5,7 @@
 
 mod chain;
 mod check;
-pub mod classify;
+mod classify;
 mod fmt;
 mod lsp;
 mod manual;

@@ -442,6 +442,7 @@ pub fn attempt_line(a: &AttemptRecord, with_profile: bool) -> String {
 }
 
 /// Runs a parsed scenario. `base` resolves a config path.
+#[cfg(any(test, feature = "test-util"))]
 pub fn simulate(
     s: &Scenario,
     name: &str,
