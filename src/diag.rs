@@ -126,6 +126,7 @@ impl Code {
         Code::W005,
     ];
 
+    /// The code as written (`E002`, `W001`).
     pub fn as_str(self) -> &'static str {
         match self {
             Code::E001 => "E001",
@@ -159,6 +160,7 @@ impl Code {
         }
     }
 
+    /// Errors are `E…`, warnings `W…`.
     pub fn severity(self) -> Severity {
         if self.as_str().starts_with('W') {
             Severity::Warning
@@ -168,9 +170,12 @@ impl Code {
     }
 }
 
+/// How bad a diagnostic is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Severity {
+    /// The input cannot be used.
     Error,
+    /// The input works but is likely a mistake, or slow.
     Warning,
 }
 
@@ -178,17 +183,26 @@ pub enum Severity {
 /// that shadows this one).
 #[derive(Clone, Debug)]
 pub struct Note {
+    /// Where.
     pub span: Span,
+    /// What is there.
     pub label: String,
 }
 
+/// One problem in a rules file or a config: a stable code, a title, a labelled span, notes and help.
 #[derive(Clone, Debug)]
 pub struct Diagnostic {
+    /// The stable code.
     pub code: Code,
+    /// The one-line title (`unknown reason `rate_limt``).
     pub title: String,
+    /// Where the problem is.
     pub span: Span,
+    /// What the caret under the span says.
     pub label: String,
+    /// Other places that explain it (the earlier rule that shadows this one).
     pub notes: Vec<Note>,
+    /// What to do about it.
     pub help: Option<String>,
     /// The problem is about the whole file, or a place that could not be
     /// found (a config key that came from a `<<` merge): `span` only names
@@ -200,6 +214,7 @@ pub struct Diagnostic {
 }
 
 impl Diagnostic {
+    /// A diagnostic of `code` at `span`.
     pub fn new(code: Code, span: Span, title: impl Into<String>) -> Self {
         Diagnostic {
             code,
@@ -250,16 +265,19 @@ impl Diagnostic {
         self
     }
 
+    /// Sets the caret's label.
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.label = label.into();
         self
     }
 
+    /// Sets the help line.
     pub fn help(mut self, help: impl Into<String>) -> Self {
         self.help = Some(help.into());
         self
     }
 
+    /// Adds a note at another place.
     pub fn note(mut self, span: Span, label: impl Into<String>) -> Self {
         self.notes.push(Note {
             span,
@@ -268,10 +286,12 @@ impl Diagnostic {
         self
     }
 
+    /// Error or warning (from the code).
     pub fn severity(&self) -> Severity {
         self.code.severity()
     }
 
+    /// Whether it stops the input from being used.
     pub fn is_error(&self) -> bool {
         self.severity() == Severity::Error
     }

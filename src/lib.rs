@@ -153,14 +153,7 @@ pub mod retry {
     };
 }
 
-/// The JSONL stream of `failover classify`: one provider error per input
-/// line, one decision per output line, in order (README, "The JSONL
-/// contract of `classify`").
-pub mod stream {
-    pub use crate::classify::stream::{
-        classify, verdict_line, Options, Progress, StreamError, Summary,
-    };
-}
+pub use classify::stream;
 
 /// The HTTP gateway behind `failover serve`, to run inside your own
 /// process.

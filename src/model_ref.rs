@@ -25,11 +25,17 @@ pub struct ModelRef {
 /// for operators (lowercase, input in backticks).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ModelRefError {
+    /// Nothing was given.
     Empty,
+    /// No `/`: the provider is missing.
     NoProvider(String),
+    /// Nothing before the `/`.
     EmptyProvider(String),
+    /// Nothing after the `/`.
     EmptyModel(String),
+    /// The provider is not a valid provider id.
     BadProvider(String),
+    /// The reference holds whitespace.
     Whitespace(String),
 }
 

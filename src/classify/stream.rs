@@ -15,7 +15,7 @@
 //! Each output line, in input order, is
 //! `{"reason":…,"rule":…,"failover":…}` with `"status"` when the input had
 //! one, `"truncated":true` when the message was judged on its head only
-//! ([`MAX_SCAN_BYTES`](super::MAX_SCAN_BYTES)), and with
+//! (the first 1 MiB), and with
 //! [`Options::explain`] an `"explain"` object (atoms hit, rules verified
 //! and where the winning rule is written). A bad line (not UTF-8, not
 //! JSON, not an object, a field of the wrong type, longer than
@@ -347,7 +347,7 @@ struct Classified {
     per_reason: Vec<u64>,
 }
 
-/// Classifies a JSONL stream (the [line contract](self)), writing one
+/// Classifies a JSONL stream (the line contract above), writing one
 /// output line per non-blank input line to `output`, in input order, and
 /// flushing it at the end (and whenever the input pauses).
 ///

@@ -27,8 +27,10 @@ pub enum DisableLane {
 }
 
 impl DisableLane {
+    /// Both lanes.
     pub const ALL: [DisableLane; 2] = [DisableLane::Billing, DisableLane::AuthPermanent];
 
+    /// The lane's name in the rules (`disable billing`).
     pub fn name(self) -> &'static str {
         match self {
             DisableLane::Billing => "billing",
@@ -36,6 +38,7 @@ impl DisableLane {
         }
     }
 
+    /// The lane of a name.
     pub fn from_name(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|l| l.name() == s)
     }

@@ -80,7 +80,9 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// How the text is parsed; chosen from the file name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
+    /// YAML (`.yaml`, `.yml`, and any other name).
     Yaml,
+    /// JSON (`.json`).
     Json,
 }
 
@@ -98,10 +100,13 @@ impl Format {
 /// A config that was read, with its warnings.
 #[derive(Clone, Debug)]
 pub struct LoadedConfig {
+    /// The typed values.
     pub config: GatewayConfig,
+    /// Problems that did not stop the config from being used (W003–W005).
     pub warnings: Vec<ConfigProblem>,
     /// The name shown in messages and the text, for rendering warnings.
     pub name: String,
+    /// The file's text (warnings point into it).
     pub text: String,
 }
 
@@ -114,11 +119,14 @@ pub struct LoadedConfig {
 /// line with a caret, help), then `N errors, M warnings in `file``; an
 /// unreadable file is one line. [`ConfigError::to_diagnostics`] gives the
 /// problems as [`Diagnostic`]s, to report them
-/// beside rules problems with [`crate::diag::render_all`].
+/// beside rules problems (as [`Diagnostics`](crate::errors::Diagnostics)).
 #[derive(Clone, Debug)]
 pub struct ConfigError {
+    /// The name shown in messages.
     pub name: String,
+    /// The file's text (empty when it could not be read).
     pub text: String,
+    /// Every problem found, errors and warnings.
     pub problems: Vec<ConfigProblem>,
     /// The file could not be read at all: one line says it all.
     unreadable: bool,
@@ -134,6 +142,7 @@ impl ConfigError {
         }
     }
 
+    /// How many of the problems are errors.
     pub fn errors(&self) -> usize {
         self.problems.iter().filter(|p| p.is_error()).count()
     }

@@ -11,7 +11,9 @@ use crate::model_ref::ModelRef;
 /// The parts of the gateway config that model failover reads.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GatewayConfig {
+    /// `agents`: defaults and the agent list.
     pub agents: AgentsConfig,
+    /// `auth`: profile metadata, order and cooldowns.
     pub auth: AuthConfig,
     /// `state`: where routing state and session overrides live; `None`
     /// (no block) is the embedded database under `--state DIR`.
@@ -33,13 +35,16 @@ pub struct AgentsConfig {
 /// absent, which differs from an explicit empty list for agents (SPEC R3).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ModelConfig {
+    /// The primary model.
     pub primary: Option<ModelRef>,
+    /// The fallbacks, in order.
     pub fallbacks: Option<Vec<ModelRef>>,
 }
 
 /// One entry of `agents.list`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AgentConfig {
+    /// The agent's id (`agents.list[].id`).
     pub id: String,
     /// `model`: a string is a primary without fallbacks (strict), an object
     /// may carry its own `fallbacks`. `None` when the agent sets no model.
@@ -59,12 +64,14 @@ pub struct AuthConfig {
 }
 
 impl AgentsConfig {
+    /// The agent of `id`, if listed.
     pub fn agent(&self, id: &str) -> Option<&AgentConfig> {
         self.list.iter().find(|a| a.id == id)
     }
 }
 
 impl AuthConfig {
+    /// The `auth.profiles` entry of `id`, if listed.
     pub fn profile(&self, id: &str) -> Option<&ProfileMeta> {
         self.profiles.iter().find(|p| p.id == id)
     }

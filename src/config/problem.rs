@@ -19,12 +19,17 @@ pub(super) enum Seg {
 /// ([`ConfigProblem::to_diagnostic`]), by the renderer of rules problems.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigProblem {
+    /// The stable code (E021–E023 errors, W003–W005 warnings).
     pub code: Code,
     /// `agents.list[2].model.fallbacks`; empty for whole-file problems.
     pub path: String,
+    /// What is wrong, in operator words.
     pub message: String,
+    /// What to do about it, when there is something to say.
     pub help: Option<String>,
+    /// The 1-based line, when the problem could be placed.
     pub line: Option<usize>,
+    /// The 1-based column, when the problem could be placed.
     pub column: Option<usize>,
     pub(super) segments: Vec<Seg>,
     /// Place the problem at the last key rather than at its value (used
@@ -36,10 +41,12 @@ pub struct ConfigProblem {
 }
 
 impl ConfigProblem {
+    /// Error or warning (from the code).
     pub fn severity(&self) -> Severity {
         self.code.severity()
     }
 
+    /// Whether it stops the config from being used.
     pub fn is_error(&self) -> bool {
         self.severity() == Severity::Error
     }

@@ -38,8 +38,10 @@ pub enum StateBackend {
 }
 
 impl StateBackend {
+    /// Every backend's name, the default first.
     pub const NAMES: [&'static str; 3] = ["sqlite", "redis", "files"];
 
+    /// The backend of a name (`sqlite`, `redis`, `files`).
     pub fn from_name(s: &str) -> Option<Self> {
         match s {
             "sqlite" => Some(StateBackend::Sqlite),
@@ -49,6 +51,7 @@ impl StateBackend {
         }
     }
 
+    /// The backend's name in the config.
     pub fn name(self) -> &'static str {
         match self {
             StateBackend::Sqlite => "sqlite",
@@ -61,6 +64,7 @@ impl StateBackend {
 /// `state: { backend: redis, url: "redis://127.0.0.1:6379/0", prefix: "failover:" }`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateConfig {
+    /// Which backend.
     pub backend: StateBackend,
     /// Redis only: the server (`redis://[user:password@]host:port/db`).
     pub url: Option<String>,

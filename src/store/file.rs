@@ -55,16 +55,22 @@ const PLAIN_MODE: u32 = 0o644;
 /// Where one agent's files live.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StatePaths {
+    /// The state directory.
     pub root: PathBuf,
+    /// `agents/<id>/agent/auth-profiles.json`: the secrets.
     pub profiles: PathBuf,
+    /// `agents/<id>/agent/auth-state.json`: the routing state.
     pub state: PathBuf,
+    /// `agents/<id>/sessions/sessions.json`: the sessions.
     pub sessions: PathBuf,
     /// `<state>/agent/auth-profiles.json`, for the default agent only.
     pub legacy_profiles: Option<PathBuf>,
+    /// `credentials/oauth.json`, read once for migration.
     pub legacy_oauth: PathBuf,
 }
 
 impl StatePaths {
+    /// The paths of `agent_id`'s files under `root`.
     pub fn new(root: &Path, agent_id: &str) -> Self {
         let agent = root.join("agents").join(agent_id);
         StatePaths {
