@@ -472,6 +472,22 @@ impl std::fmt::Display for Diagnostics {
 
 impl std::error::Error for Diagnostics {}
 
+/// At most `max` characters of `s`, and `…` when it was cut.
+pub(crate) fn preview(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(max).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// [`preview`] on one line: a newline shown as `⏎`.
+pub(crate) fn preview_line(s: &str, max: usize) -> String {
+    preview(&s.replace('\n', "⏎"), max)
+}
+
 /// Renders a batch of diagnostics followed by a one-line count, the way
 /// `failover check` prints them.
 pub fn render_all(diags: &[Diagnostic], sources: &SourceMap) -> String {

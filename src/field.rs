@@ -34,7 +34,7 @@ use serde_json::Value;
 
 use crate::classify::{Engine, ProviderError};
 use crate::compile::DisableLane;
-use crate::golden::preview_line;
+use crate::diag::preview_line;
 
 /// The default floor of exact agreement (percent) below which `failover
 /// test` fails.

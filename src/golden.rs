@@ -25,6 +25,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::classify::{Body, Engine, ProviderError};
+use crate::diag::preview_line;
 
 /// One golden case as written in a cases file.
 #[derive(Debug, Clone, Deserialize)]
@@ -302,7 +303,7 @@ fn outline(text: &str) -> Option<Vec<CaseSpan>> {
 /// (E017–E020, E006), its line and column and a caret; an unknown field
 /// gets a did-you-mean.
 pub fn parse_cases(name: &str, text: &str) -> Result<CaseFile, CasesError> {
-    use crate::diag::{did_you_mean, Code, Diagnostic};
+use crate::diag::{did_you_mean, Code, Diagnostic};
     let mut sources = crate::syntax::SourceMap::new();
     let file = sources.add(name, text);
     let at_line_col = |sources: &crate::syntax::SourceMap, line: usize, col: usize| {
@@ -498,22 +499,6 @@ pub(crate) fn error_input<'a>(
             other => Body::Json(other),
         }),
     }
-}
-
-/// At most `max` characters of `s`, and `…` when it was cut.
-pub(crate) fn preview(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(max).collect();
-        t.push('…');
-        t
-    }
-}
-
-/// [`preview`] on one line: a newline shown as `⏎`.
-pub(crate) fn preview_line(s: &str, max: usize) -> String {
-    preview(&s.replace('\n', "⏎"), max)
 }
 
 /// What one case produced.

@@ -59,7 +59,7 @@ pub fn render_explanation(engine: &Engine, c: &Classification, ex: &Explanation)
     let _ = writeln!(
         out,
         "message:  {:?}",
-        crate::golden::preview(&ex.message, 200)
+        crate::diag::preview(&ex.message, 200)
     );
     let atoms: Vec<String> = ex.atoms_hit.iter().map(|a| format!("{a:?}")).collect();
     let _ = writeln!(
