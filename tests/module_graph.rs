@@ -238,6 +238,37 @@ fn no_import_cycle_between_submodules() {
     assert!(c.is_empty(), "import cycles between submodules: {c:?}");
 }
 
+/// The stages are declared in `lib.rs` in the order data flows: every
+/// import points at a module declared above the importer.
+#[test]
+fn every_import_points_up_the_declared_stage_order() {
+    let lib =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
+    let code = code_of(&lib);
+    // `stage!(name)`, `stage!(#[cfg(…)] name)` and `mod name;`, in order.
+    let decl =
+        regex::Regex::new(r"stage!\(\s*(?:#\[[^\]]*\]\s*)?(\w+)\s*\)|\bmod\s+(\w+)").unwrap();
+    let order: Vec<String> = decl
+        .captures_iter(&code)
+        .map(|c| c.get(1).or(c.get(2)).unwrap().as_str().to_string())
+        .collect();
+    assert!(order.len() > 15, "stage order not read: {order:?}");
+    let (top, _) = graphs();
+    let at = |m: &str| order.iter().position(|o| o == m);
+    for (from, tos) in &top {
+        let Some(f) = at(from) else {
+            panic!("`{from}` is not declared in lib.rs: {order:?}")
+        };
+        for to in tos {
+            let t = at(to).unwrap_or_else(|| panic!("`{to}` is not declared in lib.rs"));
+            assert!(
+                t < f,
+                "`{from}` imports `{to}`, declared below it in lib.rs: {order:?}"
+            );
+        }
+    }
+}
+
 /// The leaves import nothing of the crate: every stage may use them.
 #[test]
 fn the_leaves_import_nothing() {
