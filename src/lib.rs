@@ -111,7 +111,7 @@ pub use policy::{CronPayload, ModelKind, ModelRef};
 pub use auth::{CooldownPolicy, ProfileMeta};
 pub use compile::DisableLane;
 pub use run::{
-    Attempt, AttemptError, AttemptOutcome, AttemptRecord, Decision, DecisionKind,
+    session_hash, Attempt, AttemptError, AttemptOutcome, AttemptRecord, Decision, DecisionKind,
     FallbackSummaryError, Notice, ProviderFailure, RunError, RunOutput, RunRequest, Runner,
     StepOutcome, SurfacedError, SKIP_TTL_ENV, TRACING_TARGET,
 };

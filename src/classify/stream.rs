@@ -751,11 +751,8 @@ fn classify_line(cx: &mut LineContext, line: &[u8], out: &mut Vec<u8>) -> Result
 
 /// A serde error in operator words: which field, what was wrong.
 fn describe_json_error(e: &serde_json::Error, text: &str) -> String {
-    let msg = e.to_string();
-    let msg = match msg.find(" at line ") {
-        Some(i) => &msg[..i],
-        None => &msg,
-    };
+    // The position is reported as a column of the line, not serde's way.
+    let msg = crate::yaml::strip_position(&e.to_string(), Some((e.line(), e.column())));
     if e.is_syntax() || e.is_eof() {
         format!("invalid JSON at column {}: {msg}", e.column())
     } else if text.trim_start().starts_with('{') {
