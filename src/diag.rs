@@ -26,6 +26,7 @@ use crate::source::{FileId, SourceMap, Span, Unreadable, MAX_FILE_BYTES};
 
 /// A stable diagnostic code. Never renumber; retire a code instead of reusing it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Code {
     /// The text does not follow the grammar.
     E001,
@@ -182,6 +183,7 @@ pub enum Severity {
 /// A secondary location shown under the main one (e.g. the earlier rule
 /// that shadows this one).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Note {
     /// Where.
     pub span: Span,
@@ -191,6 +193,7 @@ pub struct Note {
 
 /// One problem in a rules file or a config: a stable code, a title, a labelled span, notes and help.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Diagnostic {
     /// The stable code.
     pub code: Code,

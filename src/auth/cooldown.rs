@@ -120,7 +120,7 @@ pub fn is_available(state: &AuthState, profile_id: &str, model: Option<&str>, no
         .is_none_or(|s| block_for(s, model, now_ms).is_none())
 }
 
-#[cfg(any(test, feature = "test-util"))]
+#[cfg(test)]
 /// The soonest moment one of `profile_ids` becomes usable for `model`, or
 /// `None` when one is usable now or nothing is known. Cooldowns scoped to
 /// other models are ignored (R14.4).

@@ -67,7 +67,7 @@ enum Command {
 /// `--rules DIR` (repeatable) and `--no-defaults`, shared by the commands
 /// that load a ruleset.
 #[derive(Args, Debug, Clone)]
-pub struct RulesArgs {
+pub(crate) struct RulesArgs {
     /// A directory of operator `.rules` files, layered over the defaults
     /// (repeatable; earlier directories take precedence).
     #[arg(long = "rules", value_name = "DIR")]

@@ -99,6 +99,7 @@ impl Format {
 
 /// A config that was read, with its warnings.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct LoadedConfig {
     /// The typed values.
     pub config: GatewayConfig,
@@ -121,6 +122,7 @@ pub struct LoadedConfig {
 /// problems as [`Diagnostic`]s, to report them
 /// beside rules problems (as [`Diagnostics`](crate::errors::Diagnostics)).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ConfigError {
     /// The name shown in messages.
     pub name: String,

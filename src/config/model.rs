@@ -10,6 +10,7 @@ use crate::model_ref::ModelRef;
 
 /// The parts of the gateway config that model failover reads.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct GatewayConfig {
     /// `agents`: defaults and the agent list.
     pub agents: AgentsConfig,
@@ -22,6 +23,7 @@ pub struct GatewayConfig {
 
 /// `agents`.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct AgentsConfig {
     /// `agents.defaults.model`: the configured default text model.
     pub model: ModelConfig,
@@ -34,6 +36,7 @@ pub struct AgentsConfig {
 /// A primary model and its fallbacks. `fallbacks: None` means the key is
 /// absent, which differs from an explicit empty list for agents (SPEC R3).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ModelConfig {
     /// The primary model.
     pub primary: Option<ModelRef>,
@@ -43,6 +46,7 @@ pub struct ModelConfig {
 
 /// One entry of `agents.list`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AgentConfig {
     /// The agent's id (`agents.list[].id`).
     pub id: String,
@@ -53,6 +57,7 @@ pub struct AgentConfig {
 
 /// `auth`: routing metadata only (SPEC R5.3).
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct AuthConfig {
     /// `auth.profiles`, in file order.
     pub profiles: Vec<ProfileMeta>,

@@ -18,6 +18,7 @@ pub(super) enum Seg {
 /// column (1-based). It is shown as a [`Diagnostic`]
 /// ([`ConfigProblem::to_diagnostic`]), by the renderer of rules problems.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConfigProblem {
     /// The stable code (E021–E023 errors, W003–W005 warnings).
     pub code: Code,

@@ -63,6 +63,7 @@ impl StateBackend {
 
 /// `state: { backend: redis, url: "redis://127.0.0.1:6379/0", prefix: "failover:" }`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StateConfig {
     /// Which backend.
     pub backend: StateBackend,
