@@ -426,8 +426,8 @@ fn render_snippet(out: &mut String, sources: &SourceMap, span: Span, label: &str
 
 /// Diagnostics together with the sources they point into: what a failed
 /// build of the rules returns ([`crate::errors::RulesError::Invalid`]).
-/// `Display` renders them all, rustc-style, with a count at the end.
-#[derive(Debug)]
+/// `Display` renders them all, rustc-style, with a count at the end;
+/// `Debug` lists them with the files' names (not their texts).
 pub struct Diagnostics {
     sources: SourceMap,
     list: Vec<Diagnostic>,
@@ -464,6 +464,16 @@ impl Diagnostics {
     /// The sources and the list, to take apart.
     pub fn into_parts(self) -> (SourceMap, Vec<Diagnostic>) {
         (self.sources, self.list)
+    }
+}
+
+impl std::fmt::Debug for Diagnostics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let files: Vec<&str> = self.sources.files().map(|(_, file)| file.name()).collect();
+        f.debug_struct("Diagnostics")
+            .field("files", &files)
+            .field("list", &self.list)
+            .finish()
     }
 }
 

@@ -20,7 +20,6 @@ use crate::load::{self, OperatorLayer, RulesBytes};
 /// let engine = Rules::new()
 ///     .source("acme.rules", r#"
 ///         provider acme {
-///           # ACME's gateway says "quota gone" for a spent prepaid balance.
 ///           rule billing.acme.quota_gone
 ///             when message has "quota gone"
 ///             => billing
