@@ -33,9 +33,10 @@
 //! ```
 //!
 //! The public face is this page: the types re-exported here, [`errors`],
-//! [`stream`] (the JSONL contract of `failover classify`), [`state`], [`time`] and,
-//! with the `serve` feature, [`gateway`]. `ARCHITECTURE.md` walks through
-//! the stages behind it; `docs/tracing.md` lists the events a run emits.
+//! [`stream`] (the JSONL contract of `failover classify`), [`state`],
+//! [`time`], [`retry`] and, with the `serve` feature, [`gateway`].
+//! `ARCHITECTURE.md` walks through the stages behind it; `docs/tracing.md`
+//! lists the spans and events a run emits.
 //!
 //! # Features
 //!
