@@ -136,7 +136,19 @@ pub struct RedisStore {
     local: Mutex<Local>,
     down: AtomicBool,
     outages: AtomicU64,
+    /// Commands sent (a pipeline or a script counts once): round trips.
+    trips: AtomicU64,
+    /// The raw text of each record (hash, field) as this replica last read
+    /// or wrote it; `None`: known to be absent. A record's update uses it
+    /// as the expected value of its first compare-and-set, which saves the
+    /// read before the write; a stale one fails the compare, and the
+    /// update reads and retries as before.
+    seen: Mutex<HashMap<(String, String), Option<String>>>,
 }
+
+/// Records remembered in [`RedisStore`]'s `seen` at most; past this the
+/// memory is cleared (it is only a hint).
+const SEEN_RECORDS: usize = 65_536;
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -224,6 +236,8 @@ impl RedisStore {
             local: Mutex::new(Local::default()),
             down: AtomicBool::new(false),
             outages: AtomicU64::new(0),
+            trips: AtomicU64::new(0),
+            seen: Mutex::new(HashMap::new()),
         })
     }
 
@@ -240,8 +254,44 @@ impl RedisStore {
         }
     }
 
+    /// A handle for one command (or pipeline, or script): one round trip.
     fn conn(&self) -> ConnectionManager {
+        self.trips.fetch_add(1, Ordering::Relaxed);
         self.conn.clone()
+    }
+
+    /// Round trips to the server since start (each command, pipeline or
+    /// script call counts once): what a run costs, for tests and tuning.
+    pub fn round_trips(&self) -> u64 {
+        self.trips.load(Ordering::Relaxed)
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Option<String>>> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remembers records as read or written (see `seen`).
+    fn remember<'a>(&self, records: impl IntoIterator<Item = (&'a str, &'a str, Option<String>)>) {
+        let mut seen = self.seen();
+        for (hash, field, text) in records {
+            if seen.len() >= SEEN_RECORDS {
+                seen.clear();
+            }
+            seen.insert((hash.to_string(), field.to_string()), text);
+        }
+    }
+
+    /// The remembered text of a record: `Some(None)` when known absent,
+    /// `None` when not known.
+    fn recall(&self, hash: &str, field: &str) -> Option<Option<String>> {
+        self.seen().get(&(hash.to_string(), field.to_string())).cloned()
+    }
+
+    fn forget(&self, records: &[(&str, &str)]) {
+        let mut seen = self.seen();
+        for (hash, field) in records {
+            seen.remove(&(hash.to_string(), field.to_string()));
+        }
     }
 
     /// Runs `f` on the plain connection (opened on first use).
@@ -487,13 +537,25 @@ impl RedisStore {
         f: &mut (dyn FnMut(&mut AuthState) + Send),
     ) -> redis::RedisResult<AuthState> {
         let p = normalize_provider(provider);
+        let (stats_key, good_key) = (self.keys.stats.as_str(), self.keys.last_good.as_str());
+        // The first try compares against the records as this replica last
+        // saw them, without reading; later tries read.
+        let mut remembered = self
+            .recall(stats_key, profile_id)
+            .zip(self.recall(good_key, &p));
         for _ in 0..CAS_RETRIES {
-            let mut c = self.conn();
-            let (stats, good): (Option<String>, Option<String>) = redis::pipe()
-                .hget(&self.keys.stats, profile_id)
-                .hget(&self.keys.last_good, &p)
-                .query_async(&mut c)
-                .await?;
+            let from_memory = remembered.is_some();
+            let (stats, good): (Option<String>, Option<String>) = match remembered.take() {
+                Some(r) => r,
+                None => {
+                    let mut c = self.conn();
+                    redis::pipe()
+                        .hget(stats_key, profile_id)
+                        .hget(good_key, &p)
+                        .query_async(&mut c)
+                        .await?
+                }
+            };
             let mut st = AuthState::default();
             if let Some(s) = stats
                 .as_deref()
@@ -508,15 +570,23 @@ impl RedisStore {
             let new_stats = st.usage_stats.get(profile_id).map(to_text);
             let new_good = st.last_good.get(&p).cloned();
             if new_stats == stats && new_good == good {
+                if from_memory {
+                    // Unchanged against a memory that may be stale: only
+                    // the server can say; read it.
+                    continue;
+                }
+                self.remember([(stats_key, profile_id, stats), (good_key, p.as_str(), good)]);
                 return Ok(st);
             }
             let writes = [
-                (self.keys.stats.as_str(), profile_id, stats, new_stats),
-                (self.keys.last_good.as_str(), p.as_str(), good, new_good),
+                (stats_key, profile_id, stats, new_stats.clone()),
+                (good_key, p.as_str(), good, new_good.clone()),
             ];
             if self.cas_async(&writes).await? {
+                self.remember([(stats_key, profile_id, new_stats), (good_key, p.as_str(), new_good)]);
                 return Ok(st);
             }
+            self.forget(&[(stats_key, profile_id), (good_key, p.as_str())]);
         }
         Err(too_many_writers())
     }
@@ -526,9 +596,19 @@ impl RedisStore {
         key: &str,
         f: &mut (dyn FnMut(&mut SessionEntry) + Send),
     ) -> redis::RedisResult<SessionEntry> {
+        let hash = self.keys.sessions.as_str();
+        // As for profiles: the first try compares against the entry as
+        // this replica last saw it (at the start of the run), unread.
+        let mut remembered = self.recall(hash, key);
         for _ in 0..CAS_RETRIES {
-            let mut c = self.conn();
-            let old: Option<String> = c.hget(&self.keys.sessions, key).await?;
+            let from_memory = remembered.is_some();
+            let old: Option<String> = match remembered.take() {
+                Some(r) => r,
+                None => {
+                    let mut c = self.conn();
+                    c.hget(hash, key).await?
+                }
+            };
             let mut e: SessionEntry = old
                 .as_deref()
                 .and_then(|t| serde_json::from_str(t).ok())
@@ -536,14 +616,17 @@ impl RedisStore {
             f(&mut e);
             let new = Some(to_text(&e));
             if new == old {
+                if from_memory {
+                    continue;
+                }
+                self.remember([(hash, key, old)]);
                 return Ok(e);
             }
-            if self
-                .cas_async(&[(self.keys.sessions.as_str(), key, old, new)])
-                .await?
-            {
+            if self.cas_async(&[(hash, key, old, new.clone())]).await? {
+                self.remember([(hash, key, new)]);
                 return Ok(e);
             }
+            self.forget(&[(hash, key)]);
         }
         Err(too_many_writers())
     }
@@ -563,12 +646,21 @@ impl RedisStore {
             .hgetall(&self.keys.doc)
             .query_async(&mut c)
             .await?;
+        self.remember(
+            a.iter()
+                .map(|(k, v)| (self.keys.stats.as_str(), k.as_str(), Some(v.clone())))
+                .chain(
+                    b.iter()
+                        .map(|(k, v)| (self.keys.last_good.as_str(), k.as_str(), Some(v.clone()))),
+                ),
+        );
         Ok(self.parse_state(a, b, o, d))
     }
 
     async fn remote_load_session(&self, key: &str) -> redis::RedisResult<Option<SessionEntry>> {
         let mut c = self.conn();
         let v: Option<String> = c.hget(&self.keys.sessions, key).await?;
+        self.remember([(self.keys.sessions.as_str(), key, v.clone())]);
         Ok(v.and_then(|t| serde_json::from_str(&t).ok()))
     }
 }
