@@ -115,7 +115,7 @@ async fn a_stale_memory_costs_a_retry_and_loses_nothing() {
     };
     let policy = CooldownPolicy::default();
     let fail = |s: Arc<RedisStore>, now: u64| {
-        let (f, p) = (failure.clone(), policy.clone());
+        let (f, p) = (failure, policy.clone());
         async move {
             edit_profile(s.as_ref(), "openai:a", "openai", |st| {
                 record_failure(st, "openai:a", "openai", &f, &p, now)
