@@ -98,6 +98,28 @@ pub fn sqlite_path(root: &Path, agent: &str) -> PathBuf {
         .with_file_name(SQLITE_FILE)
 }
 
+/// Runs one set-up step of `open`, waiting out another connection's lock
+/// for up to [`BUSY_TIMEOUT`]: two processes (or tasks) opening a new
+/// database at once both switch it to WAL, which takes an exclusive lock,
+/// and SQLite answers `SQLITE_BUSY` at once there instead of calling the
+/// busy handler.
+fn settle<T>(mut step: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match step() {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            r => return r,
+        }
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating when missing) the database of `agent_id` under
     /// `root`. A new database starts from the file store's routing state
@@ -112,11 +134,11 @@ impl SqliteStore {
         let conn = Connection::open(&path).map_err(|e| db_err("open", &path, e))?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| db_err("open", &path, e))?;
-        conn.pragma_update(None, "journal_mode", "WAL")
+        settle(|| conn.pragma_update(None, "journal_mode", "WAL"))
             .map_err(|e| db_err("open", &path, e))?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
+        settle(|| conn.pragma_update(None, "synchronous", "NORMAL"))
             .map_err(|e| db_err("open", &path, e))?;
-        conn.execute_batch(SCHEMA)
+        settle(|| conn.execute_batch(SCHEMA))
             .map_err(|e| db_err("create tables in", &path, e))?;
         let store = SqliteStore {
             files,
@@ -550,5 +572,42 @@ impl AsyncStore for SqliteStore {
 
     fn take_problems(&self) -> Vec<Problem> {
         Store::take_problems(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Eight handles opening one new database at once (processes or
+    /// gateway tasks starting together) all open it: the WAL switch that
+    /// SQLite refuses at once with `SQLITE_BUSY` is waited out.
+    #[test]
+    fn concurrent_opens_of_a_new_database_all_succeed() {
+        for round in 0..20 {
+            let dir = std::env::temp_dir().join(format!(
+                "failover-sqlite-open-{}-{round}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos()
+            ));
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    let (dir, barrier) = (dir.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        SqliteStore::open(&dir, "main").map(|_| ())
+                    })
+                })
+                .collect();
+            let opened: Vec<_> = handles.into_iter().map(|t| t.join().unwrap()).collect();
+            let _ = std::fs::remove_dir_all(&dir);
+            for r in opened {
+                r.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            }
+        }
     }
 }
