@@ -38,6 +38,7 @@
 //! The gateway has no client authentication of its own and listens on
 //! loopback by default: put it behind whatever guards your network.
 
+mod log;
 pub mod metrics;
 pub mod protocol;
 pub mod reload;
@@ -888,7 +889,7 @@ pub fn main(opts: Options) -> i32 {
         .lossy(false)
         .thread_name("failover-log")
         .finish(std::io::stderr());
-    // One flat JSON object per event. The runner's `failover_run` and
+    // One flat JSON object per event (`log.rs`). The runner's `failover_run` and
     // `failover_attempt` spans (docs/tracing.md) are for trace exporters;
     // the log lines never show them, so the filter turns them off at the
     // callsite: a span no layer wants is never built (building two per
@@ -896,15 +897,9 @@ pub fn main(opts: Options) -> i32 {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;
-    let lines = tracing_subscriber::fmt::layer()
-        .json()
-        .flatten_event(true)
-        .with_current_span(false)
-        .with_span_list(false)
-        .with_writer(writer)
-        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
-            m.is_event() && *m.level() <= tracing::Level::INFO
-        }));
+    let lines = log::JsonLines::new(writer).with_filter(tracing_subscriber::filter::filter_fn(|m| {
+        m.is_event() && *m.level() <= tracing::Level::INFO
+    }));
     let _ = tracing_subscriber::registry().with(lines).try_init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
