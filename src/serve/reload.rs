@@ -129,7 +129,7 @@ pub struct ActiveSet {
     pub engine: Arc<Engine>,
     /// By agent id; [`DEFAULT_AGENT`] serves requests that name no agent.
     pub runners: HashMap<String, Arc<Runner>>,
-    clients: HashMap<String, reqwest::Client>,
+    clients: HashMap<String, super::upstream::Client>,
     /// `GET /v1/models`: agent ids, then every `provider/model` the config
     /// names, in order, without repeats.
     pub models: Vec<String>,
@@ -138,7 +138,7 @@ pub struct ActiveSet {
 }
 
 impl ActiveSet {
-    pub fn client(&self, provider: &str) -> Option<&reqwest::Client> {
+    pub fn client(&self, provider: &str) -> Option<&super::upstream::Client> {
         self.clients.get(&provider.to_ascii_lowercase())
     }
 

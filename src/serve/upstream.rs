@@ -16,9 +16,13 @@
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
+use axum::http::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use axum::http::{Method, Request};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use http_body_util::{BodyDataStream, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::run::{AttemptError, ProviderFailure};
 use crate::store::{Credential, Profile};
@@ -38,7 +42,21 @@ pub const MAX_ANSWER_BYTES: usize = 64 << 20;
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// The body stream of an upstream response.
-pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, hyper::Error>> + Send>>;
+
+/// The pooled HTTP/1.1 client of one upstream, plain or TLS (rustls).
+///
+/// hyper-util's pooled client, not reqwest: reqwest wraps this same client
+/// in a redirect layer that parses the URL twice per request (from the URI
+/// text), a retry layer and its own futures, together about 30,000
+/// instructions per request, 18% of the gateway's (callgrind,
+/// benches/README.md "Gateway"). The gateway needs none of it: it never
+/// follows redirects or retries a call itself (every failure goes to the
+/// policy), and it sets its own timeouts.
+pub type Client = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<HttpConnector>,
+    Full<Bytes>,
+>;
 
 /// A successful attempt.
 pub enum Answer {
@@ -67,33 +85,44 @@ pub fn protocol_of(api: Api) -> Protocol {
 }
 
 /// The pooled client of one upstream (its connect timeout is per client).
-pub fn client_for(u: &Upstream) -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(u.timeouts.connect)
+pub fn client_for(u: &Upstream) -> Client {
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(u.timeouts.connect));
+    http.set_nodelay(true);
+    // `https://` base URLs go through rustls; `enforce_http(false)` lets
+    // the TLS connector see them.
+    http.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        // Building fails only when the TLS backend cannot start, which
-        // a default rustls configuration always can.
-        .unwrap_or_else(|_| reqwest::Client::new())
+        .pool_timer(TokioTimer::new())
+        .build(connector)
 }
 
 fn timeout_failure(what: &str, after: Duration) -> AttemptError {
     AttemptError::Provider(ProviderFailure::timeout(what, after))
 }
 
-fn transport_failure(e: &reqwest::Error) -> AttemptError {
-    // `without_url`: the error text never carries the URL.
+/// A failed send: the error's text is never used (it could carry the
+/// URL), only its kind.
+fn send_failure(e: &hyper_util::client::legacy::Error) -> AttemptError {
     let kind = if e.is_connect() {
         "connection refused or failed"
-    } else if e.is_timeout() {
-        "timed out"
-    } else if e.is_body() || e.is_decode() {
-        "connection reset while reading the response"
     } else {
         "network error"
     };
     AttemptError::Provider(ProviderFailure::transport(kind))
+}
+
+/// A body that broke off after the head.
+fn body_failure(_: &hyper::Error) -> AttemptError {
+    AttemptError::Provider(ProviderFailure::transport(
+        "connection reset while reading the response",
+    ))
 }
 
 /// The credential header of a profile for an upstream protocol.
@@ -131,7 +160,7 @@ fn auth_headers(api: Api, profile: &Profile, id: &str) -> Result<HeaderMap, Atte
 }
 
 /// Reads at most `limit` bytes of a body; `true` when it was cut.
-async fn read_head(body: &mut BodyStream, limit: usize) -> Result<(Vec<u8>, bool), reqwest::Error> {
+async fn read_head(body: &mut BodyStream, limit: usize) -> Result<(Vec<u8>, bool), hyper::Error> {
     let mut out = Vec::new();
     while let Some(chunk) = body.next().await {
         let chunk = chunk?;
@@ -150,7 +179,7 @@ async fn read_head(body: &mut BodyStream, limit: usize) -> Result<(Vec<u8>, bool
 
 /// What a call needs besides the upstream.
 pub struct CallInput<'a> {
-    pub client: &'a reqwest::Client,
+    pub client: &'a Client,
     pub upstream: &'a Upstream,
     /// The JSON request body, in the upstream's protocol.
     pub body: Vec<u8>,
@@ -183,16 +212,14 @@ pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
             headers.insert(k, v);
         }
     }
-    let body = input.body;
-    let send = input
-        .client
-        .post(u.endpoint_url().clone())
-        .headers(headers)
-        .body(body)
-        .send();
+    let mut req = Request::new(Full::new(Bytes::from(input.body)));
+    *req.method_mut() = Method::POST;
+    *req.uri_mut() = u.endpoint_uri().clone();
+    *req.headers_mut() = headers;
+    let send = input.client.request(req);
     let resp = match tokio::time::timeout_at(first_deadline, send).await {
         Err(_) => return Err(timeout_failure("no first byte", u.timeouts.first_byte)),
-        Ok(Err(e)) => return Err(transport_failure(&e)),
+        Ok(Err(e)) => return Err(send_failure(&e)),
         Ok(Ok(r)) => r,
     };
     let status = resp.status().as_u16();
@@ -210,7 +237,7 @@ pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
-    let mut body: BodyStream = Box::pin(resp.bytes_stream());
+    let mut body: BodyStream = Box::pin(BodyDataStream::new(resp.into_body()));
     if !(200..300).contains(&status) {
         input
             .metrics
@@ -252,7 +279,7 @@ pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
                             .with_status(status),
                     ))
                 }
-                Ok(Some(Err(e))) => return Err(transport_failure(&e)),
+                Ok(Some(Err(e))) => return Err(body_failure(&e)),
                 Ok(Some(Ok(c))) => c,
             };
             let events = match parser.push(&chunk) {
@@ -297,7 +324,7 @@ pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
                 u.timeouts.total,
             ))
         }
-        Ok(Err(e)) => return Err(transport_failure(&e)),
+        Ok(Err(e)) => return Err(body_failure(&e)),
         Ok(Ok((_, true))) => {
             return Err(AttemptError::Provider(ProviderFailure::message(format!(
                 "upstream answer is larger than {} MiB",

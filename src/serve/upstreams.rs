@@ -106,7 +106,7 @@ pub struct Upstream {
     /// [`Upstream::endpoint`] parsed once, when the config is read: parsing
     /// a URL per request was about 10% of the gateway's own instructions
     /// (callgrind, benches/README.md "Gateway").
-    endpoint_url: reqwest::Url,
+    endpoint_uri: axum::http::Uri,
 }
 
 impl fmt::Debug for Upstream {
@@ -128,9 +128,9 @@ impl Upstream {
         endpoint_of(&self.base_url, self.api)
     }
 
-    /// [`Upstream::endpoint`], parsed.
-    pub fn endpoint_url(&self) -> &reqwest::Url {
-        &self.endpoint_url
+    /// [`Upstream::endpoint`], parsed (and normalised as a URL).
+    pub fn endpoint_uri(&self) -> &axum::http::Uri {
+        &self.endpoint_uri
     }
 }
 
@@ -461,7 +461,12 @@ fn provider(
         }
     }
     let (base_url, api) = (base_url?, api?);
-    let endpoint_url = match reqwest::Url::parse(&endpoint_of(&base_url, api)) {
+    // Read as a URL first (normalised: host case, percent-encoding), then
+    // as the request URI the client sends.
+    let parsed = url::Url::parse(&endpoint_of(&base_url, api))
+        .map_err(|e| e.to_string())
+        .and_then(|u| axum::http::Uri::try_from(u.as_str()).map_err(|e| e.to_string()));
+    let endpoint_uri = match parsed {
         Ok(u) => u,
         Err(e) => {
             problems.push(UpstreamProblem {
@@ -478,7 +483,7 @@ fn provider(
         timeouts,
         env_key,
         models,
-        endpoint_url,
+        endpoint_uri,
     })
 }
 
@@ -532,7 +537,7 @@ mod tests {
             "http://h:1/v1/messages"
         );
         assert_eq!(
-            u.get("anthropic").unwrap().endpoint_url().as_str(),
+            u.get("anthropic").unwrap().endpoint_uri().to_string(),
             "http://h:1/v1/messages"
         );
     }
