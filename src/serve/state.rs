@@ -142,6 +142,52 @@ impl AsyncStore for GatewayStore {
         self.inner.update_session(key, f)
     }
 
+    fn load_run<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> StoreFuture<'a, (Option<SessionEntry>, AuthState)> {
+        if is_ephemeral(key) {
+            return Box::pin(async move { Ok((None, self.inner.load_state().await?)) });
+        }
+        self.inner.load_run(key)
+    }
+
+    fn update_success<'a>(
+        &'a self,
+        profile: Option<(&'a str, &'a str, ProfileEdit<'a>)>,
+        key: &'a str,
+        f: SessionEdit<'a>,
+    ) -> StoreFuture<'a, ()> {
+        if is_ephemeral(key) || ANONYMOUS.try_with(|a| *a).unwrap_or(false) {
+            // No session to settle: the profile's update alone (counted).
+            f(&mut SessionEntry::default());
+            return Box::pin(async move {
+                match profile {
+                    Some((id, p, pf)) => self.update_profile(id, p, pf).await,
+                    None => Ok(()),
+                }
+            });
+        }
+        Box::pin(async move {
+            let Some((id, p, pf)) = profile else {
+                return self.inner.update_success(None, key, f).await;
+            };
+            let mut kinds: Vec<&'static str> = Vec::new();
+            let mut counted = |doc: &mut AuthState| {
+                let before = doc.usage_stats.get(id).cloned();
+                pf(doc);
+                kinds = started(before.as_ref(), doc, id);
+            };
+            self.inner
+                .update_success(Some((id, p, &mut counted)), key, f)
+                .await?;
+            for kind in kinds {
+                self.metrics.window_started(kind);
+            }
+            Ok(())
+        })
+    }
+
     fn update_session_now(
         &self,
         key: &str,

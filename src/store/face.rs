@@ -66,6 +66,38 @@ pub trait AsyncStore: Send + Sync {
     ) -> StoreFuture<'a, ()>;
     /// Atomic read-modify-write of one session's entry.
     fn update_session<'a>(&'a self, key: &'a str, f: SessionEdit<'a>) -> StoreFuture<'a, ()>;
+    /// A run's first read: the session's entry and every profile's routing
+    /// state, as [`AsyncStore::load_session`] then
+    /// [`AsyncStore::load_state`] give them (the default does exactly
+    /// that). A backend across a network reads both in one round trip.
+    fn load_run<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> StoreFuture<'a, (Option<SessionEntry>, AuthState)> {
+        Box::pin(async move {
+            let entry = self.load_session(key).await?;
+            let state = self.load_state().await?;
+            Ok((entry, state))
+        })
+    }
+    /// A run's success: [`AsyncStore::update_profile`] of the profile that
+    /// answered (when the candidate had one), then
+    /// [`AsyncStore::update_session`] of the session (the default does
+    /// exactly that). A backend across a network may apply both as one
+    /// atomic step, each edit still seeing its record's latest value.
+    fn update_success<'a>(
+        &'a self,
+        profile: Option<(&'a str, &'a str, ProfileEdit<'a>)>,
+        key: &'a str,
+        f: SessionEdit<'a>,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some((id, provider, pf)) = profile {
+                self.update_profile(id, provider, pf).await?;
+            }
+            self.update_session(key, f).await
+        })
+    }
     /// [`AsyncStore::update_session`] without a runtime, for the one place
     /// that cannot await: the roll-back of a cancelled run (a `Drop`). A
     /// backend that cannot block may apply it in the background.

@@ -81,7 +81,9 @@ const CAS_RETRIES: usize = 1000;
 
 /// `KEYS[i]` hash, `ARGV[3i-2]` field, `ARGV[3i-1]` the value read (`''`
 /// for none), `ARGV[3i]` the value to write (`''` to delete): all or
-/// nothing, only when every field still holds what was read.
+/// nothing, only when every field still holds what was read. A field whose
+/// new value is the one read is only compared (a record an edit left as it
+/// was, checked to be still current).
 const CAS: &str = r"
 for i = 1, #KEYS do
   local cur = redis.call('HGET', KEYS[i], ARGV[3*i-2])
@@ -90,8 +92,10 @@ for i = 1, #KEYS do
 end
 for i = 1, #KEYS do
   local new = ARGV[3*i]
-  if new == '' then redis.call('HDEL', KEYS[i], ARGV[3*i-2])
-  else redis.call('HSET', KEYS[i], ARGV[3*i-2], new) end
+  if new ~= ARGV[3*i-1] then
+    if new == '' then redis.call('HDEL', KEYS[i], ARGV[3*i-2])
+    else redis.call('HSET', KEYS[i], ARGV[3*i-2], new) end
+  end
 end
 return 1
 ";
@@ -631,6 +635,147 @@ impl RedisStore {
         Err(too_many_writers())
     }
 
+    /// The session's entry and the whole routing state in one pipeline
+    /// (one round trip), both remembered.
+    async fn remote_load_run(
+        &self,
+        key: &str,
+    ) -> redis::RedisResult<(Option<SessionEntry>, AuthState)> {
+        let mut c = self.conn();
+        type Run = (
+            Option<String>,
+            BTreeMap<String, String>,
+            BTreeMap<String, String>,
+            BTreeMap<String, String>,
+            BTreeMap<String, String>,
+        );
+        let (v, a, b, o, d): Run = redis::pipe()
+            .hget(&self.keys.sessions, key)
+            .hgetall(&self.keys.stats)
+            .hgetall(&self.keys.last_good)
+            .hgetall(&self.keys.order)
+            .hgetall(&self.keys.doc)
+            .query_async(&mut c)
+            .await?;
+        self.remember_state(&a, &b);
+        self.remember([(self.keys.sessions.as_str(), key, v.clone())]);
+        let entry = v.and_then(|t| serde_json::from_str(&t).ok());
+        Ok((entry, self.parse_state(a, b, o, d)))
+    }
+
+    /// A run's success as one compare-and-set of up to three records: the
+    /// session's entry, and the profile's `usageStats` entry and its
+    /// provider's `lastGood` (when the run used a profile). The first try
+    /// compares against the records as this replica last saw them (at the
+    /// start of the run), unread; a record another writer changed since
+    /// fails the compare, and all three are read (one pipeline) and the
+    /// edits run again on what was read. A record an edit leaves as it was
+    /// is still compared, so nothing is settled against a stale view.
+    async fn remote_update_success(
+        &self,
+        mut profile: Option<(&str, &str, ProfileEdit<'_>)>,
+        key: &str,
+        f: &mut (dyn FnMut(&mut SessionEntry) + Send),
+    ) -> redis::RedisResult<(Option<AuthState>, SessionEntry)> {
+        let p = profile.as_ref().map(|(_, prov, _)| normalize_provider(prov));
+        let mut fields: Vec<(&str, &str)> = vec![(self.keys.sessions.as_str(), key)];
+        if let (Some((id, _, _)), Some(p)) = (&profile, &p) {
+            fields.push((self.keys.stats.as_str(), id));
+            fields.push((self.keys.last_good.as_str(), p.as_str()));
+        }
+        let mut remembered: Option<Vec<Option<String>>> =
+            fields.iter().map(|(h, f)| self.recall(h, f)).collect();
+        for _ in 0..CAS_RETRIES {
+            let from_memory = remembered.is_some();
+            let old: Vec<Option<String>> = match remembered.take() {
+                Some(r) => r,
+                None => {
+                    let mut pipe = redis::pipe();
+                    for (h, f) in &fields {
+                        pipe.hget(*h, *f);
+                    }
+                    let mut c = self.conn();
+                    pipe.query_async(&mut c).await?
+                }
+            };
+            let mut e: SessionEntry = old[0]
+                .as_deref()
+                .and_then(|t| serde_json::from_str(t).ok())
+                .unwrap_or_default();
+            f(&mut e);
+            let mut new = vec![Some(to_text(&e))];
+            let mut state = None;
+            if let (Some((id, _, pf)), Some(p)) = (profile.as_mut(), &p) {
+                let mut st = AuthState::default();
+                if let Some(s) = old[1]
+                    .as_deref()
+                    .and_then(|t| serde_json::from_str::<UsageStats>(t).ok())
+                {
+                    st.usage_stats.insert(id.to_string(), s);
+                }
+                if let Some(g) = &old[2] {
+                    st.last_good.insert(p.clone(), g.clone());
+                }
+                pf(&mut st);
+                new.push(st.usage_stats.get(*id).map(to_text));
+                new.push(st.last_good.get(p).cloned());
+                state = Some(st);
+            }
+            if new == old && !from_memory {
+                self.remember(fields.iter().zip(old).map(|((h, f), v)| (*h, *f, v)));
+                return Ok((state, e));
+            }
+            let writes: Vec<(&str, &str, Option<String>, Option<String>)> = fields
+                .iter()
+                .zip(old)
+                .zip(new.iter().cloned())
+                .map(|(((h, f), o), n)| (*h, *f, o, n))
+                .collect();
+            if self.cas_async(&writes).await? {
+                self.remember(fields.iter().zip(new).map(|((h, f), v)| (*h, *f, v)));
+                return Ok((state, e));
+            }
+            self.forget(&fields);
+        }
+        Err(too_many_writers())
+    }
+
+    fn remember_state(&self, a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) {
+        self.remember(
+            a.iter()
+                .map(|(k, v)| (self.keys.stats.as_str(), k.as_str(), Some(v.clone())))
+                .chain(
+                    b.iter()
+                        .map(|(k, v)| (self.keys.last_good.as_str(), k.as_str(), Some(v.clone()))),
+                ),
+        );
+    }
+
+    /// An update of one profile's record in the local view (an outage).
+    fn local_update_profile(&self, profile_id: &str, p: &str, f: ProfileEdit<'_>) {
+        let mut l = self.local();
+        let mut st = AuthState::default();
+        if let Some(s) = l.state.usage_stats.get(profile_id) {
+            st.usage_stats.insert(profile_id.to_string(), s.clone());
+        }
+        if let Some(g) = l.state.last_good.get(p) {
+            st.last_good.insert(p.to_string(), g.clone());
+        }
+        f(&mut st);
+        apply_record(&mut l.state, profile_id, p, &st);
+        l.dirty_profiles
+            .insert((profile_id.to_string(), p.to_string()));
+    }
+
+    /// An update of one session's entry in the local view (an outage).
+    fn local_update_session(&self, key: &str, f: &mut (dyn FnMut(&mut SessionEntry) + Send)) {
+        let mut l = self.local();
+        let mut e = l.sessions.get(key).cloned().unwrap_or_default();
+        f(&mut e);
+        l.dirty_sessions.insert(key.to_string());
+        l.remember_session(key, &e);
+    }
+
     async fn remote_load_state(&self) -> redis::RedisResult<AuthState> {
         let mut c = self.conn();
         type Maps = (
@@ -646,14 +791,7 @@ impl RedisStore {
             .hgetall(&self.keys.doc)
             .query_async(&mut c)
             .await?;
-        self.remember(
-            a.iter()
-                .map(|(k, v)| (self.keys.stats.as_str(), k.as_str(), Some(v.clone())))
-                .chain(
-                    b.iter()
-                        .map(|(k, v)| (self.keys.last_good.as_str(), k.as_str(), Some(v.clone()))),
-                ),
-        );
+        self.remember_state(&a, &b);
         Ok(self.parse_state(a, b, o, d))
     }
 
@@ -839,17 +977,7 @@ impl AsyncStore for RedisStore {
                     Err(e) => return Err(self.err("update")(e)),
                 }
             }
-            let mut l = self.local();
-            let mut st = AuthState::default();
-            if let Some(s) = l.state.usage_stats.get(profile_id) {
-                st.usage_stats.insert(profile_id.to_string(), s.clone());
-            }
-            if let Some(g) = l.state.last_good.get(&p) {
-                st.last_good.insert(p.clone(), g.clone());
-            }
-            f(&mut st);
-            apply_record(&mut l.state, profile_id, &p, &st);
-            l.dirty_profiles.insert((profile_id.to_string(), p));
+            self.local_update_profile(profile_id, &p, f);
             Ok(())
         })
     }
@@ -866,11 +994,61 @@ impl AsyncStore for RedisStore {
                     Err(e) => return Err(self.err("update")(e)),
                 }
             }
-            let mut l = self.local();
-            let mut e = l.sessions.get(key).cloned().unwrap_or_default();
-            f(&mut e);
-            l.dirty_sessions.insert(key.to_string());
-            l.remember_session(key, &e);
+            self.local_update_session(key, f);
+            Ok(())
+        })
+    }
+
+    fn load_run<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> StoreFuture<'a, (Option<SessionEntry>, AuthState)> {
+        Box::pin(async move {
+            if !self.use_local().await {
+                match self.remote_load_run(key).await {
+                    Ok((v, st)) => {
+                        let mut l = self.local();
+                        if let Some(e) = &v {
+                            l.remember_session(key, e);
+                        }
+                        l.state = st.clone();
+                        return Ok((v, st));
+                    }
+                    Err(e) if is_outage(&e) => self.enter_outage(&e),
+                    Err(e) => return Err(self.err("read")(e)),
+                }
+            }
+            let l = self.local();
+            Ok((l.sessions.get(key).cloned(), l.state.clone()))
+        })
+    }
+
+    fn update_success<'a>(
+        &'a self,
+        mut profile: Option<(&'a str, &'a str, ProfileEdit<'a>)>,
+        key: &'a str,
+        f: SessionEdit<'a>,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            if !self.use_local().await {
+                let reborrow = profile.as_mut().map(|(id, p, pf)| (*id, *p, &mut **pf as _));
+                match self.remote_update_success(reborrow, key, f).await {
+                    Ok((st, e)) => {
+                        let mut l = self.local();
+                        if let (Some((id, p, _)), Some(st)) = (&profile, &st) {
+                            apply_record(&mut l.state, id, &normalize_provider(p), st);
+                        }
+                        l.remember_session(key, &e);
+                        return Ok(());
+                    }
+                    Err(e) if is_outage(&e) => self.enter_outage(&e),
+                    Err(e) => return Err(self.err("update")(e)),
+                }
+            }
+            if let Some((id, p, pf)) = profile {
+                self.local_update_profile(id, &normalize_provider(p), pf);
+            }
+            self.local_update_session(key, f);
             Ok(())
         })
     }
