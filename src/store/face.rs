@@ -9,7 +9,12 @@
 //!
 //! * [`AsyncStore::update_profile`]: one profile's `usageStats` entry and
 //!   its provider's `lastGood` entry, nothing else;
-//! * [`AsyncStore::update_session`]: one session's entry.
+//! * [`AsyncStore::update_session`]: one session's entry;
+//! * [`AsyncStore::load_run`] and [`AsyncStore::update_success`]: a run's
+//!   first read (its session and the routing state) and its success (the
+//!   profile's record and the session's entry), which a backend may do in
+//!   one step each — Redis in one round trip each, SQLite the success in
+//!   one transaction; the defaults call the per-record methods above.
 //!
 //! Each update is an atomic read-modify-write of that record with respect
 //! to every other writer (other tasks, other processes, other replicas):
@@ -108,9 +113,11 @@ pub trait AsyncStore: Send + Sync {
     ) -> Result<(), StoreError>;
     /// Problems found since the last call (each reported once).
     fn take_problems(&self) -> Vec<Problem>;
-    /// The cross-request tables (probe throttle, transient-probe slot,
-    /// skip cache, re-probe times) when this backend shares them between
-    /// processes; `None` keeps them in the runner's memory.
+    /// The cross-request tables (probe throttle, skip cache, re-probe
+    /// times) when this backend shares them between processes; `None`
+    /// keeps them in the runner's memory. The transient-probe slot is not
+    /// among them: SPEC R10.5 gives one per provider *per run*, and a run
+    /// lives on one replica, so it stays in the run.
     fn shared_tables(&self) -> Option<&dyn SharedTables> {
         None
     }

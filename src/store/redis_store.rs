@@ -15,7 +15,17 @@
 //! ```
 //!
 //! Secrets are never sent to Redis: profiles stay in each replica's
-//! `auth-profiles.json` (the file store).
+//! `auth-profiles.json` (the file store). The transient-probe slot (SPEC
+//! R10.5) is not here: it is one per provider per run, and a run lives on
+//! one replica.
+//!
+//! **Round trips.** A successful run costs 2: `load_run` pipelines the
+//! session's `HGET` with the routing state's `HGETALL`s, and
+//! `update_success` is one `CAS` call over the session's entry and the
+//! profile's two records, compared against the values that read returned
+//! (kept in `seen`). A record changed by another writer in between fails
+//! the compare; the three are then read in one pipeline and the edits run
+//! again on them.
 //!
 //! **Atomicity.** Every per-record update is an optimistic
 //! compare-and-set: read the record, run the edit locally, then a Lua
