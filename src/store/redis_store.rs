@@ -48,8 +48,13 @@
 //! for the probe throttle, re-probes and skip cache. Updates apply to the
 //! local view and are remembered; the server is tried again with backoff
 //! (100 ms doubling to 5 s, on the next call due), and when it answers
-//! the remembered records are merged back — counts take the larger value,
-//! deadlines the later one — before it is used again.
+//! the remembered records are merged back before it is used again: a
+//! record nobody else wrote meanwhile takes the local value (a success
+//! seen during the outage clears its window, as online); a local success
+//! newer than every failure the server holds resets them too (keeping a
+//! model-scoped cooldown another replica set meanwhile); otherwise counts
+//! take the larger value and deadlines the later one (see `merge_stats`).
+//! A session's entry written during the outage replaces the server's.
 //!
 //! **Connections.** Async calls share one multiplexed connection through
 //! redis' [`ConnectionManager`] (reconnects with backoff, response
@@ -521,11 +526,25 @@ impl RedisStore {
                 .collect();
             (profiles, sessions)
         };
+        let bases: HashMap<String, Option<UsageStats>> = {
+            let l = self.local();
+            l.bases
+                .iter()
+                .filter_map(|(id, text)| match text {
+                    None => Some((id.clone(), None)),
+                    // A remembered record that does not parse is as unknown.
+                    Some(t) => serde_json::from_str::<UsageStats>(t)
+                        .ok()
+                        .map(|s| (id.clone(), Some(s))),
+                })
+                .collect()
+        };
         let n = profiles.len() + sessions.len();
         for (id, p, local, good) in profiles {
+            let base = bases.get(&id).map(Option::as_ref);
             self.remote_update_profile(&id, &p, &mut |st| {
                 if let Some(l) = &local {
-                    let merged = merge_stats(st.usage_stats.get(&id), l);
+                    let merged = merge_stats(base, st.usage_stats.get(&id), l);
                     st.usage_stats.insert(id.clone(), merged);
                 }
                 if let Some(g) = &good {
@@ -541,6 +560,7 @@ impl RedisStore {
         let mut l = self.local();
         l.dirty_profiles.clear();
         l.dirty_sessions.clear();
+        l.bases.clear();
         Ok(n)
     }
 
@@ -775,6 +795,13 @@ impl RedisStore {
         apply_record(&mut l.state, profile_id, p, &st);
         l.dirty_profiles
             .insert((profile_id.to_string(), p.to_string()));
+        if !l.bases.contains_key(profile_id) {
+            // The server's record as this replica last saw it, before its
+            // first local change: the merge's common ancestor.
+            if let Some(text) = self.recall(&self.keys.stats, profile_id) {
+                l.bases.insert(profile_id.to_string(), text);
+            }
+        }
     }
 
     /// An update of one session's entry in the local view (an outage).
@@ -826,15 +853,62 @@ fn too_many_writers() -> redis::RedisError {
     redis::RedisError::from((redis::ErrorKind::Client, "too many concurrent writers"))
 }
 
-/// A profile record written during an outage merged into the server's:
-/// counts never go back, deadlines never move earlier (each keeps the
-/// reason of the later deadline), the latest times win.
-fn merge_stats(remote: Option<&UsageStats>, local: &UsageStats) -> UsageStats {
+/// A profile record written during an outage (`local`) merged into the
+/// server's (`remote`). `base` is the server's record as this replica last
+/// saw it before changing it locally (`Some(None)`: absent; `None`: not
+/// known), the two histories' common ancestor.
+///
+/// * Nobody else wrote it meanwhile (`remote == base`): the local record
+///   is its whole history and stands as it is — a success recorded during
+///   the outage clears the window and the counts, as it would have online.
+/// * The local record holds a success newer than any the server knows,
+///   and every failure the server holds came before it: the success
+///   resets them, as `record_success` does online, so the local counts and
+///   windows stand — except a cooldown scoped to a model (R7.3) that
+///   another replica set meanwhile: the success may have been on another
+///   model, which leaves such a window in place, so it is kept (with its
+///   counts); the cost of keeping it wrongly is one probe.
+/// * Otherwise (failures on both sides, or one after the success): counts
+///   never go back, deadlines never move earlier (each keeps the reason of
+///   the later deadline), the latest times win.
+fn merge_stats(
+    base: Option<Option<&UsageStats>>,
+    remote: Option<&UsageStats>,
+    local: &UsageStats,
+) -> UsageStats {
     let Some(r) = remote else {
         return local.clone();
     };
-    let mut m = r.clone();
+    if base == Some(Some(r)) {
+        return local.clone();
+    }
     let later = |a: Option<u64>, b: Option<u64>| a.max(b);
+    let known_success = later(base.flatten().and_then(|b| b.last_used), r.last_used);
+    let success = local.last_used.filter(|t| Some(*t) > known_success);
+    if let Some(t) = success.filter(|t| r.last_failure_at.is_none_or(|f| f <= *t)) {
+        let mut m = local.clone();
+        let theirs = r.cooldown_model.is_some()
+            && r.cooldown_until > local.cooldown_until
+            && base.flatten().map(|b| b.cooldown_until) != Some(r.cooldown_until);
+        if theirs {
+            m.cooldown_until = r.cooldown_until;
+            m.cooldown_reason = r.cooldown_reason.clone();
+            m.cooldown_model = r.cooldown_model.clone();
+            m.error_count = r.error_count.max(local.error_count);
+            for (k, v) in &r.failure_counts {
+                let e = m.failure_counts.entry(k.clone()).or_insert(0);
+                *e = (*e).max(*v);
+            }
+        }
+        m.last_used = Some(t);
+        m.last_failure_at = later(r.last_failure_at, local.last_failure_at);
+        m.last_probe_at = later(r.last_probe_at, local.last_probe_at);
+        for (k, v) in &r.extra {
+            m.extra.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        return m;
+    }
+    let mut m = r.clone();
     m.error_count = r.error_count.max(local.error_count);
     for (k, v) in &local.failure_counts {
         let e = m.failure_counts.entry(k.clone()).or_insert(0);
@@ -866,6 +940,9 @@ struct Local {
     state: AuthState,
     sessions: HashMap<String, SessionEntry>,
     dirty_profiles: BTreeSet<(String, String)>,
+    /// Per dirty profile, the server's record (raw text, `None`: absent)
+    /// as this replica last saw it before changing it locally, when known.
+    bases: HashMap<String, Option<String>>,
     dirty_sessions: BTreeSet<String>,
     retry_at: Option<Instant>,
     backoff: Duration,
@@ -1407,6 +1484,91 @@ fn diff_into(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const T: u64 = 1_767_225_600_000;
+
+    fn cooling(at: u64, until: u64, model: Option<&str>) -> UsageStats {
+        UsageStats {
+            error_count: 2,
+            cooldown_until: Some(until),
+            cooldown_reason: Some("rate_limit".into()),
+            cooldown_model: model.map(str::to_string),
+            last_failure_at: Some(at),
+            last_used: Some(T - 60_000),
+            ..Default::default()
+        }
+    }
+
+    fn succeeded(from: &UsageStats, at: u64) -> UsageStats {
+        let mut s = AuthState::default();
+        s.usage_stats.insert("p:a".into(), from.clone());
+        crate::auth::record_success(&mut s, "p:a", "p", Some("m"), at);
+        s.usage_stats["p:a"].clone()
+    }
+
+    // Item 6 of issue 13: a success recorded during an outage, on a record
+    // nobody else changed meanwhile, stands after the merge: the window it
+    // cleared stays cleared and the counts stay reset.
+    #[test]
+    fn a_success_during_an_outage_stands_when_nobody_else_wrote() {
+        let base = cooling(T, T + 600_000, None);
+        let local = succeeded(&base, T + 60_000);
+        assert_eq!(local.cooldown_until, None);
+        let m = merge_stats(Some(Some(&base)), Some(&base), &local);
+        assert_eq!(m, local);
+        // Base unknown (the memory was cleared): still the success's, for
+        // every failure the server holds is older than it.
+        let m = merge_stats(None, Some(&base), &local);
+        assert_eq!((m.error_count, m.cooldown_until), (0, None));
+    }
+
+    // Another replica's failure after our success (both during the
+    // outage) is kept: counts never go back, its deadline stands.
+    #[test]
+    fn a_failure_after_the_success_is_kept() {
+        let base = cooling(T, T + 600_000, None);
+        let local = succeeded(&base, T + 60_000);
+        let remote = cooling(T + 120_000, T + 900_000, None);
+        let m = merge_stats(Some(Some(&base)), Some(&remote), &local);
+        assert_eq!(m.error_count, 2);
+        assert_eq!(m.cooldown_until, Some(T + 900_000));
+        assert_eq!(m.last_used, Some(T + 60_000));
+    }
+
+    // Another replica's whole-profile window set before our success is
+    // cleared by it (as online); a model-scoped one it set meanwhile is
+    // kept (our success may have been on another model, R7.3).
+    #[test]
+    fn a_success_after_another_replicas_failure() {
+        let base = UsageStats {
+            last_used: Some(T - 60_000),
+            ..Default::default()
+        };
+        let local = succeeded(&base, T + 60_000);
+        let whole = cooling(T + 30_000, T + 600_000, None);
+        let m = merge_stats(Some(Some(&base)), Some(&whole), &local);
+        assert_eq!((m.error_count, m.cooldown_until), (0, None));
+        let scoped = cooling(T + 30_000, T + 600_000, Some("other"));
+        let m = merge_stats(Some(Some(&base)), Some(&scoped), &local);
+        assert_eq!(m.cooldown_until, Some(T + 600_000));
+        assert_eq!(m.cooldown_model.as_deref(), Some("other"));
+        assert_eq!(m.error_count, 2);
+        assert_eq!(m.last_used, Some(T + 60_000));
+    }
+
+    // Failures on both sides, no success: the larger count, the later
+    // deadline, never shortened.
+    #[test]
+    fn failures_on_both_sides_never_go_back() {
+        let base = cooling(T, T + 60_000, None);
+        let mut local = cooling(T + 10_000, T + 300_000, None);
+        local.error_count = 3;
+        let remote = cooling(T + 20_000, T + 120_000, None);
+        let m = merge_stats(Some(Some(&base)), Some(&remote), &local);
+        assert_eq!(m.error_count, 3);
+        assert_eq!(m.cooldown_until, Some(T + 300_000));
+        assert_eq!(m.last_failure_at, Some(T + 20_000));
+    }
 
     #[test]
     fn passwords_are_not_shown() {
