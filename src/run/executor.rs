@@ -1097,8 +1097,9 @@ impl Runner {
             })
         };
         // The profile's success and the session's settling: one atomic
-        // step on a networked backend (one round trip), two updates
-        // elsewhere; each edit sees its record's latest value.
+        // step on Redis (one round trip) and SQLite (one transaction), two
+        // updates on the files and in memory; each edit sees its record's
+        // latest value.
         let mut record = |s: &mut crate::store::AuthState| {
             if let Some(id) = profile_id {
                 record_success(s, id, p, Some(m), now);

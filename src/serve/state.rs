@@ -321,4 +321,49 @@ mod tests {
             .unwrap()
             .is_some());
     }
+
+    // A run's success on an anonymous request records the profile's
+    // success but never its scratch session; a named one records both.
+    #[tokio::test]
+    async fn an_anonymous_success_records_the_profile_only() {
+        let (mem, s) = store();
+        let key = format!("{EPHEMERAL_PREFIX}2");
+        let success = |at: u64| {
+            move |st: &mut AuthState| {
+                st.stats_mut("openai:default").last_used = Some(at);
+            }
+        };
+        let mut first = success(1);
+        s.update_success(
+            Some(("openai:default", "openai", &mut first)),
+            &key,
+            &mut |e| e.model_override = Some("x".into()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            mem.load_state().unwrap().usage_stats["openai:default"].last_used,
+            Some(1)
+        );
+        assert!(mem.load_sessions().unwrap().entries.is_empty());
+        let (entry, state) = s.load_run(&key).await.unwrap();
+        assert!(entry.is_none());
+        assert!(state.usage_stats.contains_key("openai:default"));
+        let mut second = success(2);
+        s.update_success(
+            Some(("openai:default", "openai", &mut second)),
+            "named",
+            &mut |e| e.model_override = Some("y".into()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            mem.load_session("named").unwrap().unwrap().model_override.as_deref(),
+            Some("y")
+        );
+        assert_eq!(
+            mem.load_state().unwrap().usage_stats["openai:default"].last_used,
+            Some(2)
+        );
+    }
 }
