@@ -138,6 +138,8 @@ fn raw_sqlite(dir: &std::path::Path) -> Raw {
     let db = dir.join("agents/main/agent/state.sqlite");
     assert!(db.exists(), "{}", db.display());
     let c = rusqlite::Connection::open(&db).unwrap();
+    // A writer just started may be recovering the killed one's WAL.
+    c.busy_timeout(Duration::from_secs(10)).unwrap();
     let ok: String = c
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))
         .unwrap();
