@@ -163,6 +163,10 @@ pub struct RedisStore {
     /// read before the write; a stale one fails the compare, and the
     /// update reads and retries as before.
     seen: Mutex<HashMap<(String, String), Option<String>>>,
+    /// Hashes `seen` holds whole, as of this replica's last `HGETALL` of
+    /// them (the routing state's `stats` and `lastgood`): a field of one
+    /// that `seen` lacks was absent then. Also only a hint.
+    whole: Mutex<std::collections::HashSet<String>>,
 }
 
 /// Records remembered in [`RedisStore`]'s `seen` at most; past this the
@@ -257,6 +261,7 @@ impl RedisStore {
             outages: AtomicU64::new(0),
             trips: AtomicU64::new(0),
             seen: Mutex::new(HashMap::new()),
+            whole: Mutex::new(std::collections::HashSet::new()),
         })
     }
 
@@ -292,24 +297,43 @@ impl RedisStore {
     /// Remembers records as read or written (see `seen`).
     fn remember<'a>(&self, records: impl IntoIterator<Item = (&'a str, &'a str, Option<String>)>) {
         let mut seen = self.seen();
+        let mut cleared = false;
         for (hash, field, text) in records {
             if seen.len() >= SEEN_RECORDS {
                 seen.clear();
+                cleared = true;
             }
             seen.insert((hash.to_string(), field.to_string()), text);
         }
+        drop(seen);
+        if cleared {
+            self.whole().clear();
+        }
+    }
+
+    fn whole(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.whole.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The remembered text of a record: `Some(None)` when known absent,
     /// `None` when not known.
     fn recall(&self, hash: &str, field: &str) -> Option<Option<String>> {
-        self.seen().get(&(hash.to_string(), field.to_string())).cloned()
+        let known = self
+            .seen()
+            .get(&(hash.to_string(), field.to_string()))
+            .cloned();
+        known.or_else(|| self.whole().contains(hash).then_some(None))
     }
 
     fn forget(&self, records: &[(&str, &str)]) {
         let mut seen = self.seen();
         for (hash, field) in records {
             seen.remove(&(hash.to_string(), field.to_string()));
+        }
+        drop(seen);
+        let mut whole = self.whole();
+        for (hash, _) in records {
+            whole.remove(*hash);
         }
     }
 
@@ -771,6 +795,8 @@ impl RedisStore {
     }
 
     fn remember_state(&self, a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) {
+        // A field remembered before and deleted since stays remembered:
+        // a stale hint, which only costs a failed compare and a read.
         self.remember(
             a.iter()
                 .map(|(k, v)| (self.keys.stats.as_str(), k.as_str(), Some(v.clone())))
@@ -779,6 +805,9 @@ impl RedisStore {
                         .map(|(k, v)| (self.keys.last_good.as_str(), k.as_str(), Some(v.clone()))),
                 ),
         );
+        let mut whole = self.whole();
+        whole.insert(self.keys.stats.clone());
+        whole.insert(self.keys.last_good.clone());
     }
 
     /// An update of one profile's record in the local view (an outage).
