@@ -61,7 +61,12 @@ fn report_json(s: &Scenario, path: &Path) -> serde_json::Value {
     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert_eq!(r.mismatches(), 0, "{}", failover::run::scenario::render(&r));
     let mut j = to_json(&r);
-    j.as_object_mut().unwrap().remove("stateBackend");
+    let named = j.as_object_mut().unwrap().remove("stateBackend");
+    assert_eq!(
+        named.as_ref().and_then(|v| v.as_str()),
+        r.state_backend,
+        "`stateBackend` only with a `state:` block"
+    );
     j
 }
 
@@ -204,6 +209,7 @@ async fn a_simulation_leaves_the_configured_redis_state_untouched() {
     .unwrap();
     assert_eq!(report.mismatches(), 0);
     assert_eq!(report.state_backend, Some("redis"));
+    assert_eq!(to_json(&report)["stateBackend"], "redis");
     assert_eq!(dump(&server.url()), before);
     let st = AsyncStore::load_state(&live).await.unwrap();
     assert_eq!(st.usage_stats["openai:default"].error_count, 7);

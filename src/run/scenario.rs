@@ -1023,9 +1023,8 @@ pub fn render(r: &Report) -> String {
 
 /// The report as JSON (`--json`).
 pub fn to_json(r: &Report) -> Value {
-    json!({
+    let mut doc = json!({
         "scenario": r.name,
-        "stateBackend": r.state_backend,
         "ok": r.mismatches() == 0,
         "turns": r.turns.iter().map(|t| json!({
             "turn": t.number,
@@ -1044,7 +1043,12 @@ pub fn to_json(r: &Report) -> Value {
             "mismatches": t.mismatches,
         })).collect::<Vec<_>>(),
         "final": {"session": r.final_session, "usageStats": r.final_usage_stats},
-    })
+    });
+    // Only when the config's `state:` block chose a backend.
+    if let (Some(b), Some(o)) = (r.state_backend, doc.as_object_mut()) {
+        o.insert("stateBackend".into(), json!(b));
+    }
+    doc
 }
 
 #[cfg(test)]
