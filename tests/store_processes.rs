@@ -4,7 +4,11 @@
 //! count gone back. Each process is this test binary again, running the
 //! ignored `worker` entry with its orders in the environment.
 //!
-//! Per process: 4 tasks × 250 updates = 1,000 (the files: 4 × 25 = 100,
+//! Each update round is two updates: the profile's count and the shared
+//! session's count; every fourth round adds a run's success
+//! (`update_success`: the profile's record and the process's own session
+//! at once), exact on both afterwards too.
+//! Per process: 4 tasks × 250 rounds = 1,000 (the files: 4 × 25 = 100,
 //! since every update of a file rewrites and fsyncs it). Plus Redis
 //! itself restarted (SIGKILL) between two rounds of writers: everything it
 //! acknowledged is still there, and the state is consistent.
@@ -22,6 +26,9 @@ mod redis_support;
 
 const PROCESSES: usize = 8;
 const TASKS: usize = 4;
+/// A run's success every this many rounds (it contends on the profile
+/// with every other writer: kept to a quarter to bound the test's time).
+const SUCCESS_EVERY: usize = 4;
 
 async fn open(backend: &str, dir: &str, url: &str) -> Arc<dyn AsyncStore> {
     match backend {
@@ -45,6 +52,7 @@ fn worker() {
     let parts: Vec<&str> = spec.split(',').collect();
     let (backend, dir, url) = (parts[0], parts[1], parts[2]);
     let per: usize = parts[3].parse().unwrap();
+    let own = format!("agent:main:succ-{}", parts[4]);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -55,8 +63,9 @@ fn worker() {
         let mut tasks = Vec::new();
         for _ in 0..TASKS {
             let store = store.clone();
+            let own = own.clone();
             tasks.push(tokio::spawn(async move {
-                for _ in 0..per {
+                for round in 0..per {
                     edit_profile(store.as_ref(), "openai:a", "openai", |s| {
                         s.stats_mut("openai:a").error_count += 1;
                     })
@@ -68,6 +77,27 @@ fn worker() {
                     })
                     .await
                     .unwrap();
+                    if round % SUCCESS_EVERY != 0 {
+                        continue;
+                    }
+                    // A run's success: the profile's record (shared by
+                    // every process) and this process's session together
+                    // (one compare-and-set on Redis, one transaction on
+                    // SQLite).
+                    let bump = |m: &mut serde_json::Map<String, serde_json::Value>| {
+                        let n = m.get("succ").and_then(|v| v.as_u64()).unwrap_or(0);
+                        m.insert("succ".into(), json!(n + 1));
+                    };
+                    store
+                        .update_success(
+                            Some(("openai:a", "openai", &mut |st| {
+                                bump(&mut st.stats_mut("openai:a").extra)
+                            })),
+                            &own,
+                            &mut |e| bump(&mut e.extra),
+                        )
+                        .await
+                        .unwrap();
                 }
             }));
         }
@@ -80,12 +110,12 @@ fn worker() {
 fn run_workers(backend: &str, dir: &std::path::Path, url: &str, per: usize) {
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..PROCESSES)
-        .map(|_| {
+        .map(|i| {
             Command::new(&exe)
                 .args(["worker", "--exact", "--ignored", "--quiet"])
                 .env(
                     "FAILOVER_WORKER",
-                    format!("{backend},{},{url},{per}", dir.display()),
+                    format!("{backend},{},{url},{per},{i}", dir.display()),
                 )
                 .spawn()
                 .unwrap()
@@ -119,11 +149,29 @@ async fn check(backend: &str, per: usize, url: &str) {
     let total = (PROCESSES * TASKS * per) as u64;
     let secs = t.elapsed().as_secs_f64();
     println!(
-        "store_processes: {backend}: {PROCESSES} processes × {} updates of one profile and one session in {secs:.2} s ({:.0} updates/s)",
+        "store_processes: {backend}: {PROCESSES} processes × {} updates of one profile and one session, and {} successes, in {secs:.2} s ({:.0} updates/s)",
         TASKS * per,
-        2.0 * total as f64 / secs
+        TASKS * per.div_ceil(SUCCESS_EVERY),
+        (2 * total + (PROCESSES * TASKS * per.div_ceil(SUCCESS_EVERY)) as u64) as f64 / secs
     );
     assert_eq!(counts(backend, &dir, url).await, (total, total));
+    // The successes: exact on both records.
+    let s = open(backend, dir.to_str().unwrap(), url).await;
+    let st = s.load_state().await.unwrap();
+    let successes = (PROCESSES * TASKS * per.div_ceil(SUCCESS_EVERY)) as u64;
+    assert_eq!(st.usage_stats["openai:a"].extra["succ"], json!(successes));
+    for i in 0..PROCESSES {
+        let e = s
+            .load_session(&format!("agent:main:succ-{i}"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            e.extra["succ"],
+            json!(successes / PROCESSES as u64),
+            "process {i}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

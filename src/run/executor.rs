@@ -520,7 +520,11 @@ impl Runner {
         let key = request.session.as_str();
         let store: &dyn AsyncStore = self.store.as_ref();
         let now0 = self.now_ms();
-        let entry = store.load_session(key).await?.unwrap_or_default();
+        // The session and the routing state in one read (one round trip on
+        // a networked backend); the state serves the first candidate.
+        let (entry, state) = store.load_run(key).await?;
+        let mut first_state = Some(state);
+        let entry = entry.unwrap_or_default();
         let profiles = store.load_profiles().await?;
         let secrets = secrets_of(&profiles);
         let selections = &self.engine.ruleset().selections;
@@ -615,7 +619,10 @@ impl Runner {
                     reason: Some(r),
                 }
             } else {
-                let state = store.load_state().await?;
+                let state = match first_state.take() {
+                    Some(state) if i == 0 => state,
+                    _ => store.load_state().await?,
+                };
                 let order = order_profiles(&self.routing, &profiles, &state, p, Some(m), now);
                 if order.is_disabled() {
                     Plan::Skip {
@@ -1038,10 +1045,7 @@ impl Runner {
     ) -> Result<RunOutput<T>, RunError> {
         let now = self.now_ms();
         let store: &dyn AsyncStore = self.store.as_ref();
-        if let Some(id) = profile_id {
-            let (p, m) = (cand.provider(), cand.model());
-            edit_profile(store, id, p, |s| record_success(s, id, p, Some(m), now)).await?;
-        }
+        let (p, m) = (cand.provider(), cand.model());
         let failed: Vec<AttemptRecord> = walk
             .attempts
             .iter()
@@ -1049,7 +1053,8 @@ impl Runner {
             .cloned()
             .collect();
         let on_selected = cand == selected;
-        let notice = edit_session(store, key, |e| {
+        let mut notice = None;
+        let settle = |e: &mut SessionEntry| {
             apply_pin_change(e, pin);
             if on_selected {
                 // R11.5, R13.2: back on the selection; clear what the
@@ -1090,8 +1095,23 @@ impl Runner {
                 active,
                 reason,
             })
-        })
-        .await?;
+        };
+        // The profile's success and the session's settling: one atomic
+        // step on Redis (one round trip) and SQLite (one transaction), two
+        // updates on the files and in memory; each edit sees its record's
+        // latest value.
+        let mut record = |s: &mut crate::store::AuthState| {
+            if let Some(id) = profile_id {
+                record_success(s, id, p, Some(m), now);
+            }
+        };
+        store
+            .update_success(
+                profile_id.as_deref().map(|id| (id, p, &mut record as _)),
+                key,
+                &mut |e| notice = settle(e),
+            )
+            .await?;
         walk.decide(Decision {
             decision: DecisionKind::CandidateSucceeded,
             from_model: cand.to_string(),

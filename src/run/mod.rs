@@ -233,7 +233,7 @@ impl Runner {
         Self::with_faces(engine, config, store.clone(), store)
     }
 
-    fn with_faces(
+    pub(crate) fn with_faces(
         engine: Arc<Engine>,
         config: Arc<GatewayConfig>,
         store: Arc<dyn AsyncStore>,

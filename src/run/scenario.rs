@@ -20,7 +20,18 @@
 //! The clock is a [`ManualClock`] that only the scenario moves (turn
 //! offsets, delays, rotation backoffs through a [`VirtualSleeper`]), so a
 //! scenario spanning hours runs in milliseconds and always the same way.
-//! State lives in a [`MemoryStore`].
+//! State lives in a [`MemoryStore`] — unless the scenario's config has a
+//! `state:` block (issue 13: `simulate` honours the block `serve` reads):
+//! then the scenario runs on that backend, so the simulation exercises the
+//! very code the gateway would (the Redis store's shared probe throttle,
+//! re-probe times and skip cache included), but on a **scratch copy**: a
+//! fresh private temporary directory for `files` and `sqlite`, and for
+//! `redis` the configured server under a scratch prefix
+//! (`<prefix>simulate:<pid>-<nanos>:`), all removed when the simulation
+//! ends. The operator's real state is never read nor written: the
+//! scenario declares its own, and its virtual clock (2026-01-01) would
+//! plant meaningless deadlines in live state. A backend that cannot be
+//! reached is an error naming it (never its password).
 //!
 //! Worked example: `examples/scenarios/rate-limit-recovery.yaml`.
 
@@ -40,8 +51,8 @@ use crate::classify::Engine;
 use crate::config::{Format, GatewayConfig};
 use crate::policy::ModelRef;
 use crate::store::{
-    format_span, AuthProfiles, AuthState, Clock, ManualClock, SessionStore, Store, DAY_MS, HOUR_MS,
-    MINUTE_MS, SECOND_MS,
+    format_span, AsyncStore, AuthProfiles, AuthState, Clock, ManualClock, SessionStore,
+    StateBackend, StateConfig, Store, SyncFace, DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS,
 };
 
 /// Scenario time zero: 2026-01-01T12:00:00Z.
@@ -164,6 +175,9 @@ pub struct TurnReport {
 #[derive(Clone, Debug)]
 pub struct Report {
     pub name: String,
+    /// The `state:` block's backend the scenario ran on (a scratch copy),
+    /// `None` for memory.
+    pub state_backend: Option<&'static str>,
     pub description: Option<String>,
     pub turns: Vec<TurnReport>,
     pub final_session: Value,
@@ -336,7 +350,10 @@ fn load_config(s: &Scenario, base: &Path) -> Result<GatewayConfig, ScenarioError
     })
 }
 
-fn build_store(s: &Scenario) -> Result<MemoryStore, ScenarioError> {
+/// A scenario's initial state: profiles, routing state, sessions.
+type Seed = (AuthProfiles, AuthState, SessionStore);
+
+fn build_seed(s: &Scenario) -> Result<Seed, ScenarioError> {
     let mut problems = Vec::new();
     let here = Path::new("scenario");
     let mut profs = Map::new();
@@ -374,10 +391,120 @@ fn build_store(s: &Scenario) -> Result<MemoryStore, ScenarioError> {
     if let Some(p) = problems.first() {
         return Err(bad(p.to_string()));
     }
-    Ok(MemoryStore::new("main")
-        .with_profiles(profiles)
-        .with_state(state)
-        .with_sessions(sessions))
+    Ok((profiles, state, sessions))
+}
+
+/// Where a scenario's state lives (see the module documentation).
+struct Scratch {
+    face: Arc<dyn AsyncStore>,
+    docs: Arc<dyn Store>,
+    backend: Option<StateBackend>,
+    /// The private temporary directory of a `state:` block's copy.
+    dir: Option<std::path::PathBuf>,
+    /// The Redis copy, whose keys go when the simulation ends.
+    #[cfg(feature = "redis")]
+    redis: Option<Arc<crate::store::RedisStore>>,
+}
+
+impl Scratch {
+    fn open(
+        cfg: Option<&StateConfig>,
+        seed: Seed,
+        rt: &tokio::runtime::Runtime,
+    ) -> Result<Self, ScenarioError> {
+        let (profiles, state, sessions) = seed;
+        let Some(cfg) = cfg else {
+            let mem = Arc::new(
+                MemoryStore::new("main")
+                    .with_profiles(profiles)
+                    .with_state(state)
+                    .with_sessions(sessions),
+            );
+            return Ok(Scratch {
+                face: Arc::new(SyncFace::new(mem.clone())),
+                docs: mem,
+                backend: None,
+                dir: None,
+                #[cfg(feature = "redis")]
+                redis: None,
+            });
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let tag = format!("{}-{nanos}", std::process::id());
+        let dir = std::env::temp_dir().join(format!("failover-simulate-{tag}"));
+        crate::store::create_private_dir(&dir).map_err(|e| {
+            bad(format!(
+                "cannot create a scratch state directory `{}`: {}",
+                dir.display(),
+                crate::fsio::plain_io(&e)
+            ))
+        })?;
+        let mut scratch = Scratch {
+            face: Arc::new(SyncFace::new(Arc::new(MemoryStore::new("main")))),
+            docs: Arc::new(MemoryStore::new("main")),
+            backend: Some(cfg.backend),
+            dir: Some(dir.clone()),
+            #[cfg(feature = "redis")]
+            redis: None,
+        };
+        let unreachable =
+            |e: crate::store::StoreError| bad(format!("the config's state backend: {e}"));
+        match cfg.backend {
+            #[cfg(feature = "redis")]
+            StateBackend::Redis => {
+                let url = cfg.url.as_deref().unwrap_or("redis://127.0.0.1:6379/0");
+                let prefix = format!(
+                    "{}simulate:{tag}:",
+                    cfg.prefix
+                        .as_deref()
+                        .unwrap_or(crate::store::REDIS_DEFAULT_PREFIX)
+                );
+                let r = rt.block_on(crate::store::RedisStore::connect(url, &prefix, &dir, "main"));
+                let r = Arc::new(r.map_err(|e| {
+                    scratch.close(rt);
+                    unreachable(e)
+                })?);
+                scratch.face = r.clone();
+                scratch.docs = r.clone();
+                scratch.redis = Some(r);
+            }
+            _ => match rt.block_on(crate::store::open_backend(Some(cfg), &dir, "main")) {
+                Ok(o) => {
+                    scratch.face = o.face;
+                    scratch.docs = o.docs;
+                }
+                Err(e) => {
+                    scratch.close(rt);
+                    return Err(unreachable(e));
+                }
+            },
+        }
+        let docs = scratch.docs.clone();
+        let seeded = docs
+            .update_profiles_dyn(&mut |p| *p = profiles.clone())
+            .and_then(|()| docs.update_state_dyn(&mut |st| *st = state.clone()))
+            .and_then(|()| docs.update_sessions_dyn(&mut |ss| *ss = sessions.clone()));
+        if let Err(e) = seeded {
+            scratch.close(rt);
+            return Err(bad(format!("cannot seed the scratch state: {e}")));
+        }
+        Ok(scratch)
+    }
+
+    /// Removes the copy: the Redis keys under the scratch prefix, the
+    /// temporary directory.
+    fn close(&self, rt: &tokio::runtime::Runtime) {
+        #[cfg(feature = "redis")]
+        if let Some(r) = &self.redis {
+            let _ = rt.block_on(r.clear());
+        }
+        let _ = rt;
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
 }
 
 /// The outcome list of a turn, consumed as attempts arrive.
@@ -475,16 +602,37 @@ fn simulate_with(
             .unwrap_or_default()
     };
     let config = load_config(s, base)?;
-    let store = Arc::new(build_store(s)?);
+    let seed = build_seed(s)?;
+    // I/O and timers on: a Redis copy's connection lives on this runtime.
+    // The scenario's own clock stays the manual one.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| bad(format!("cannot start the runtime: {e}")))?;
+    let scratch = Scratch::open(config.state.as_ref(), seed, &rt)?;
+    let report = run_turns(s, name, config, &scratch, &rt, engine, &at_of);
+    scratch.close(&rt);
+    let mut report = report?;
+    report.state_backend = scratch.backend.map(StateBackend::name);
+    Ok(report)
+}
+
+fn run_turns(
+    s: &Scenario,
+    name: &str,
+    config: GatewayConfig,
+    scratch: &Scratch,
+    rt: &tokio::runtime::Runtime,
+    engine: Arc<Engine>,
+    at_of: &dyn Fn(usize) -> String,
+) -> Result<Report, ScenarioError> {
+    let store = scratch.docs.clone();
     let clock = Arc::new(ManualClock::new(SCENARIO_START_MS));
-    let runner = Runner::new(engine, Arc::new(config), store.clone())
+    let runner = Runner::with_faces(engine, Arc::new(config), scratch.face.clone(), store.clone())
         .map_err(|e| bad(e.to_string()))?
         .with_clock(clock.clone())
         .with_sleeper(Arc::new(VirtualSleeper(clock.clone())))
         .with_skip_ttl_ms(s.skip_ttl_ms);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .map_err(|e| bad(format!("cannot start the runtime: {e}")))?;
     let key = s.session_key.clone();
     let mut turns = Vec::new();
     for (idx, turn) in s.turns.iter().enumerate() {
@@ -515,6 +663,13 @@ fn simulate_with(
             match cmd {
                 "/new" | "/reset" | "sessions.reset" => {
                     runner.reset_session(&key).map_err(|e| bad(e.to_string()))?;
+                    // A backend's shared tables forget the session's
+                    // entries now, not in the background (the next turn
+                    // must not race them).
+                    if let Some(t) = runner.face().shared_tables() {
+                        rt.block_on(t.forget_session(&key))
+                            .map_err(|e| bad(e.to_string()))?;
+                    }
                     request.new_session = true;
                 }
                 "/model" => {
@@ -666,6 +821,7 @@ fn simulate_with(
     let final_session = turns.last().map_or(json!({}), |t| t.session.clone());
     Ok(Report {
         name: name.into(),
+        state_backend: None,
         description: s.description.clone(),
         turns,
         final_session,
@@ -761,6 +917,12 @@ fn check(x: &Expect, r: &TurnReport, state: &Value) -> Vec<String> {
 pub fn render(r: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "scenario {}", r.name);
+    if let Some(b) = r.state_backend {
+        let _ = writeln!(
+            s,
+            "  state: {b} (the config's `state:` block), on a scratch copy; the configured state is not touched"
+        );
+    }
     if let Some(d) = &r.description {
         let _ = writeln!(s, "  {}", d.trim().replace('\n', "\n  "));
     }
@@ -861,7 +1023,7 @@ pub fn render(r: &Report) -> String {
 
 /// The report as JSON (`--json`).
 pub fn to_json(r: &Report) -> Value {
-    json!({
+    let mut doc = json!({
         "scenario": r.name,
         "ok": r.mismatches() == 0,
         "turns": r.turns.iter().map(|t| json!({
@@ -881,7 +1043,12 @@ pub fn to_json(r: &Report) -> Value {
             "mismatches": t.mismatches,
         })).collect::<Vec<_>>(),
         "final": {"session": r.final_session, "usageStats": r.final_usage_stats},
-    })
+    });
+    // Only when the config's `state:` block chose a backend.
+    if let (Some(b), Some(o)) = (r.state_backend, doc.as_object_mut()) {
+        o.insert("stateBackend".into(), json!(b));
+    }
+    doc
 }
 
 #[cfg(test)]

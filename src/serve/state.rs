@@ -142,6 +142,52 @@ impl AsyncStore for GatewayStore {
         self.inner.update_session(key, f)
     }
 
+    fn load_run<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> StoreFuture<'a, (Option<SessionEntry>, AuthState)> {
+        if is_ephemeral(key) {
+            return Box::pin(async move { Ok((None, self.inner.load_state().await?)) });
+        }
+        self.inner.load_run(key)
+    }
+
+    fn update_success<'a>(
+        &'a self,
+        profile: Option<(&'a str, &'a str, ProfileEdit<'a>)>,
+        key: &'a str,
+        f: SessionEdit<'a>,
+    ) -> StoreFuture<'a, ()> {
+        if is_ephemeral(key) || ANONYMOUS.try_with(|a| *a).unwrap_or(false) {
+            // No session to settle: the profile's update alone (counted).
+            f(&mut SessionEntry::default());
+            return Box::pin(async move {
+                match profile {
+                    Some((id, p, pf)) => self.update_profile(id, p, pf).await,
+                    None => Ok(()),
+                }
+            });
+        }
+        Box::pin(async move {
+            let Some((id, p, pf)) = profile else {
+                return self.inner.update_success(None, key, f).await;
+            };
+            let mut kinds: Vec<&'static str> = Vec::new();
+            let mut counted = |doc: &mut AuthState| {
+                let before = doc.usage_stats.get(id).cloned();
+                pf(doc);
+                kinds = started(before.as_ref(), doc, id);
+            };
+            self.inner
+                .update_success(Some((id, p, &mut counted)), key, f)
+                .await?;
+            for kind in kinds {
+                self.metrics.window_started(kind);
+            }
+            Ok(())
+        })
+    }
+
     fn update_session_now(
         &self,
         key: &str,
@@ -274,5 +320,50 @@ mod tests {
             .await
             .unwrap()
             .is_some());
+    }
+
+    // A run's success on an anonymous request records the profile's
+    // success but never its scratch session; a named one records both.
+    #[tokio::test]
+    async fn an_anonymous_success_records_the_profile_only() {
+        let (mem, s) = store();
+        let key = format!("{EPHEMERAL_PREFIX}2");
+        let success = |at: u64| {
+            move |st: &mut AuthState| {
+                st.stats_mut("openai:default").last_used = Some(at);
+            }
+        };
+        let mut first = success(1);
+        s.update_success(
+            Some(("openai:default", "openai", &mut first)),
+            &key,
+            &mut |e| e.model_override = Some("x".into()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            mem.load_state().unwrap().usage_stats["openai:default"].last_used,
+            Some(1)
+        );
+        assert!(mem.load_sessions().unwrap().entries.is_empty());
+        let (entry, state) = s.load_run(&key).await.unwrap();
+        assert!(entry.is_none());
+        assert!(state.usage_stats.contains_key("openai:default"));
+        let mut second = success(2);
+        s.update_success(
+            Some(("openai:default", "openai", &mut second)),
+            "named",
+            &mut |e| e.model_override = Some("y".into()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            mem.load_session("named").unwrap().unwrap().model_override.as_deref(),
+            Some("y")
+        );
+        assert_eq!(
+            mem.load_state().unwrap().usage_stats["openai:default"].last_used,
+            Some(2)
+        );
     }
 }

@@ -9,7 +9,12 @@
 //!
 //! * [`AsyncStore::update_profile`]: one profile's `usageStats` entry and
 //!   its provider's `lastGood` entry, nothing else;
-//! * [`AsyncStore::update_session`]: one session's entry.
+//! * [`AsyncStore::update_session`]: one session's entry;
+//! * [`AsyncStore::load_run`] and [`AsyncStore::update_success`]: a run's
+//!   first read (its session and the routing state) and its success (the
+//!   profile's record and the session's entry), which a backend may do in
+//!   one step each — Redis in one round trip each, SQLite the success in
+//!   one transaction; the defaults call the per-record methods above.
 //!
 //! Each update is an atomic read-modify-write of that record with respect
 //! to every other writer (other tasks, other processes, other replicas):
@@ -66,6 +71,38 @@ pub trait AsyncStore: Send + Sync {
     ) -> StoreFuture<'a, ()>;
     /// Atomic read-modify-write of one session's entry.
     fn update_session<'a>(&'a self, key: &'a str, f: SessionEdit<'a>) -> StoreFuture<'a, ()>;
+    /// A run's first read: the session's entry and every profile's routing
+    /// state, as [`AsyncStore::load_session`] then
+    /// [`AsyncStore::load_state`] give them (the default does exactly
+    /// that). A backend across a network reads both in one round trip.
+    fn load_run<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> StoreFuture<'a, (Option<SessionEntry>, AuthState)> {
+        Box::pin(async move {
+            let entry = self.load_session(key).await?;
+            let state = self.load_state().await?;
+            Ok((entry, state))
+        })
+    }
+    /// A run's success: [`AsyncStore::update_profile`] of the profile that
+    /// answered (when the candidate had one), then
+    /// [`AsyncStore::update_session`] of the session (the default does
+    /// exactly that). A backend across a network may apply both as one
+    /// atomic step, each edit still seeing its record's latest value.
+    fn update_success<'a>(
+        &'a self,
+        profile: Option<(&'a str, &'a str, ProfileEdit<'a>)>,
+        key: &'a str,
+        f: SessionEdit<'a>,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some((id, provider, pf)) = profile {
+                self.update_profile(id, provider, pf).await?;
+            }
+            self.update_session(key, f).await
+        })
+    }
     /// [`AsyncStore::update_session`] without a runtime, for the one place
     /// that cannot await: the roll-back of a cancelled run (a `Drop`). A
     /// backend that cannot block may apply it in the background.
@@ -76,9 +113,11 @@ pub trait AsyncStore: Send + Sync {
     ) -> Result<(), StoreError>;
     /// Problems found since the last call (each reported once).
     fn take_problems(&self) -> Vec<Problem>;
-    /// The cross-request tables (probe throttle, transient-probe slot,
-    /// skip cache, re-probe times) when this backend shares them between
-    /// processes; `None` keeps them in the runner's memory.
+    /// The cross-request tables (probe throttle, skip cache, re-probe
+    /// times) when this backend shares them between processes; `None`
+    /// keeps them in the runner's memory. The transient-probe slot is not
+    /// among them: SPEC R10.5 gives one per provider *per run*, and a run
+    /// lives on one replica, so it stays in the run.
     fn shared_tables(&self) -> Option<&dyn SharedTables> {
         None
     }

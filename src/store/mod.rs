@@ -82,7 +82,7 @@ pub use profiles::{
     SecretRef, Unusable,
 };
 #[cfg(feature = "redis")]
-pub use redis_store::RedisStore;
+pub use redis_store::{RedisStore, DEFAULT_PREFIX as REDIS_DEFAULT_PREFIX};
 pub use secret::Secret;
 pub use sessions::{OverrideFields, OverrideSource, SessionEntry, SessionStore};
 #[cfg(feature = "sqlite")]

@@ -15,7 +15,17 @@
 //! ```
 //!
 //! Secrets are never sent to Redis: profiles stay in each replica's
-//! `auth-profiles.json` (the file store).
+//! `auth-profiles.json` (the file store). The transient-probe slot (SPEC
+//! R10.5) is not here: it is one per provider per run, and a run lives on
+//! one replica.
+//!
+//! **Round trips.** A successful run costs 2: `load_run` pipelines the
+//! session's `HGET` with the routing state's `HGETALL`s, and
+//! `update_success` is one `CAS` call over the session's entry and the
+//! profile's two records, compared against the values that read returned
+//! (kept in `seen`). A record changed by another writer in between fails
+//! the compare; the three are then read in one pipeline and the edits run
+//! again on them.
 //!
 //! **Atomicity.** Every per-record update is an optimistic
 //! compare-and-set: read the record, run the edit locally, then a Lua
@@ -38,8 +48,13 @@
 //! for the probe throttle, re-probes and skip cache. Updates apply to the
 //! local view and are remembered; the server is tried again with backoff
 //! (100 ms doubling to 5 s, on the next call due), and when it answers
-//! the remembered records are merged back — counts take the larger value,
-//! deadlines the later one — before it is used again.
+//! the remembered records are merged back before it is used again: a
+//! record nobody else wrote meanwhile takes the local value (a success
+//! seen during the outage clears its window, as online); a local success
+//! newer than every failure the server holds resets them too (keeping a
+//! model-scoped cooldown another replica set meanwhile); otherwise counts
+//! take the larger value and deadlines the later one (see `merge_stats`).
+//! A session's entry written during the outage replaces the server's.
 //!
 //! **Connections.** Async calls share one multiplexed connection through
 //! redis' [`ConnectionManager`] (reconnects with backoff, response
@@ -81,7 +96,9 @@ const CAS_RETRIES: usize = 1000;
 
 /// `KEYS[i]` hash, `ARGV[3i-2]` field, `ARGV[3i-1]` the value read (`''`
 /// for none), `ARGV[3i]` the value to write (`''` to delete): all or
-/// nothing, only when every field still holds what was read.
+/// nothing, only when every field still holds what was read. A field whose
+/// new value is the one read is only compared (a record an edit left as it
+/// was, checked to be still current).
 const CAS: &str = r"
 for i = 1, #KEYS do
   local cur = redis.call('HGET', KEYS[i], ARGV[3*i-2])
@@ -90,8 +107,10 @@ for i = 1, #KEYS do
 end
 for i = 1, #KEYS do
   local new = ARGV[3*i]
-  if new == '' then redis.call('HDEL', KEYS[i], ARGV[3*i-2])
-  else redis.call('HSET', KEYS[i], ARGV[3*i-2], new) end
+  if new ~= ARGV[3*i-1] then
+    if new == '' then redis.call('HDEL', KEYS[i], ARGV[3*i-2])
+    else redis.call('HSET', KEYS[i], ARGV[3*i-2], new) end
+  end
 end
 return 1
 ";
@@ -144,6 +163,10 @@ pub struct RedisStore {
     /// read before the write; a stale one fails the compare, and the
     /// update reads and retries as before.
     seen: Mutex<HashMap<(String, String), Option<String>>>,
+    /// Hashes `seen` holds whole, as of this replica's last `HGETALL` of
+    /// them (the routing state's `stats` and `lastgood`): a field of one
+    /// that `seen` lacks was absent then. Also only a hint.
+    whole: Mutex<std::collections::HashSet<String>>,
 }
 
 /// Records remembered in [`RedisStore`]'s `seen` at most; past this the
@@ -238,6 +261,7 @@ impl RedisStore {
             outages: AtomicU64::new(0),
             trips: AtomicU64::new(0),
             seen: Mutex::new(HashMap::new()),
+            whole: Mutex::new(std::collections::HashSet::new()),
         })
     }
 
@@ -273,24 +297,43 @@ impl RedisStore {
     /// Remembers records as read or written (see `seen`).
     fn remember<'a>(&self, records: impl IntoIterator<Item = (&'a str, &'a str, Option<String>)>) {
         let mut seen = self.seen();
+        let mut cleared = false;
         for (hash, field, text) in records {
             if seen.len() >= SEEN_RECORDS {
                 seen.clear();
+                cleared = true;
             }
             seen.insert((hash.to_string(), field.to_string()), text);
         }
+        drop(seen);
+        if cleared {
+            self.whole().clear();
+        }
+    }
+
+    fn whole(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.whole.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The remembered text of a record: `Some(None)` when known absent,
     /// `None` when not known.
     fn recall(&self, hash: &str, field: &str) -> Option<Option<String>> {
-        self.seen().get(&(hash.to_string(), field.to_string())).cloned()
+        let known = self
+            .seen()
+            .get(&(hash.to_string(), field.to_string()))
+            .cloned();
+        known.or_else(|| self.whole().contains(hash).then_some(None))
     }
 
     fn forget(&self, records: &[(&str, &str)]) {
         let mut seen = self.seen();
         for (hash, field) in records {
             seen.remove(&(hash.to_string(), field.to_string()));
+        }
+        drop(seen);
+        let mut whole = self.whole();
+        for (hash, _) in records {
+            whole.remove(*hash);
         }
     }
 
@@ -507,11 +550,25 @@ impl RedisStore {
                 .collect();
             (profiles, sessions)
         };
+        let bases: HashMap<String, Option<UsageStats>> = {
+            let l = self.local();
+            l.bases
+                .iter()
+                .filter_map(|(id, text)| match text {
+                    None => Some((id.clone(), None)),
+                    // A remembered record that does not parse is as unknown.
+                    Some(t) => serde_json::from_str::<UsageStats>(t)
+                        .ok()
+                        .map(|s| (id.clone(), Some(s))),
+                })
+                .collect()
+        };
         let n = profiles.len() + sessions.len();
         for (id, p, local, good) in profiles {
+            let base = bases.get(&id).map(Option::as_ref);
             self.remote_update_profile(&id, &p, &mut |st| {
                 if let Some(l) = &local {
-                    let merged = merge_stats(st.usage_stats.get(&id), l);
+                    let merged = merge_stats(base, st.usage_stats.get(&id), l);
                     st.usage_stats.insert(id.clone(), merged);
                 }
                 if let Some(g) = &good {
@@ -527,6 +584,7 @@ impl RedisStore {
         let mut l = self.local();
         l.dirty_profiles.clear();
         l.dirty_sessions.clear();
+        l.bases.clear();
         Ok(n)
     }
 
@@ -631,6 +689,159 @@ impl RedisStore {
         Err(too_many_writers())
     }
 
+    /// The session's entry and the whole routing state in one pipeline
+    /// (one round trip), both remembered.
+    async fn remote_load_run(
+        &self,
+        key: &str,
+    ) -> redis::RedisResult<(Option<SessionEntry>, AuthState)> {
+        let mut c = self.conn();
+        type Run = (
+            Option<String>,
+            BTreeMap<String, String>,
+            BTreeMap<String, String>,
+            BTreeMap<String, String>,
+            BTreeMap<String, String>,
+        );
+        let (v, a, b, o, d): Run = redis::pipe()
+            .hget(&self.keys.sessions, key)
+            .hgetall(&self.keys.stats)
+            .hgetall(&self.keys.last_good)
+            .hgetall(&self.keys.order)
+            .hgetall(&self.keys.doc)
+            .query_async(&mut c)
+            .await?;
+        self.remember_state(&a, &b);
+        self.remember([(self.keys.sessions.as_str(), key, v.clone())]);
+        let entry = v.and_then(|t| serde_json::from_str(&t).ok());
+        Ok((entry, self.parse_state(a, b, o, d)))
+    }
+
+    /// A run's success as one compare-and-set of up to three records: the
+    /// session's entry, and the profile's `usageStats` entry and its
+    /// provider's `lastGood` (when the run used a profile). The first try
+    /// compares against the records as this replica last saw them (at the
+    /// start of the run), unread; a record another writer changed since
+    /// fails the compare, and all three are read (one pipeline) and the
+    /// edits run again on what was read. A record an edit leaves as it was
+    /// is still compared, so nothing is settled against a stale view.
+    async fn remote_update_success(
+        &self,
+        mut profile: Option<(&str, &str, ProfileEdit<'_>)>,
+        key: &str,
+        f: &mut (dyn FnMut(&mut SessionEntry) + Send),
+    ) -> redis::RedisResult<(Option<AuthState>, SessionEntry)> {
+        let p = profile.as_ref().map(|(_, prov, _)| normalize_provider(prov));
+        let mut fields: Vec<(&str, &str)> = vec![(self.keys.sessions.as_str(), key)];
+        if let (Some((id, _, _)), Some(p)) = (&profile, &p) {
+            fields.push((self.keys.stats.as_str(), id));
+            fields.push((self.keys.last_good.as_str(), p.as_str()));
+        }
+        let mut remembered: Option<Vec<Option<String>>> =
+            fields.iter().map(|(h, f)| self.recall(h, f)).collect();
+        for _ in 0..CAS_RETRIES {
+            let from_memory = remembered.is_some();
+            let old: Vec<Option<String>> = match remembered.take() {
+                Some(r) => r,
+                None => {
+                    let mut pipe = redis::pipe();
+                    for (h, f) in &fields {
+                        pipe.hget(*h, *f);
+                    }
+                    let mut c = self.conn();
+                    pipe.query_async(&mut c).await?
+                }
+            };
+            let mut e: SessionEntry = old[0]
+                .as_deref()
+                .and_then(|t| serde_json::from_str(t).ok())
+                .unwrap_or_default();
+            f(&mut e);
+            let mut new = vec![Some(to_text(&e))];
+            let mut state = None;
+            if let (Some((id, _, pf)), Some(p)) = (profile.as_mut(), &p) {
+                let mut st = AuthState::default();
+                if let Some(s) = old[1]
+                    .as_deref()
+                    .and_then(|t| serde_json::from_str::<UsageStats>(t).ok())
+                {
+                    st.usage_stats.insert(id.to_string(), s);
+                }
+                if let Some(g) = &old[2] {
+                    st.last_good.insert(p.clone(), g.clone());
+                }
+                pf(&mut st);
+                new.push(st.usage_stats.get(*id).map(to_text));
+                new.push(st.last_good.get(p).cloned());
+                state = Some(st);
+            }
+            if new == old && !from_memory {
+                self.remember(fields.iter().zip(old).map(|((h, f), v)| (*h, *f, v)));
+                return Ok((state, e));
+            }
+            let writes: Vec<(&str, &str, Option<String>, Option<String>)> = fields
+                .iter()
+                .zip(old)
+                .zip(new.iter().cloned())
+                .map(|(((h, f), o), n)| (*h, *f, o, n))
+                .collect();
+            if self.cas_async(&writes).await? {
+                self.remember(fields.iter().zip(new).map(|((h, f), v)| (*h, *f, v)));
+                return Ok((state, e));
+            }
+            self.forget(&fields);
+        }
+        Err(too_many_writers())
+    }
+
+    fn remember_state(&self, a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) {
+        // A field remembered before and deleted since stays remembered:
+        // a stale hint, which only costs a failed compare and a read.
+        self.remember(
+            a.iter()
+                .map(|(k, v)| (self.keys.stats.as_str(), k.as_str(), Some(v.clone())))
+                .chain(
+                    b.iter()
+                        .map(|(k, v)| (self.keys.last_good.as_str(), k.as_str(), Some(v.clone()))),
+                ),
+        );
+        let mut whole = self.whole();
+        whole.insert(self.keys.stats.clone());
+        whole.insert(self.keys.last_good.clone());
+    }
+
+    /// An update of one profile's record in the local view (an outage).
+    fn local_update_profile(&self, profile_id: &str, p: &str, f: ProfileEdit<'_>) {
+        let mut l = self.local();
+        let mut st = AuthState::default();
+        if let Some(s) = l.state.usage_stats.get(profile_id) {
+            st.usage_stats.insert(profile_id.to_string(), s.clone());
+        }
+        if let Some(g) = l.state.last_good.get(p) {
+            st.last_good.insert(p.to_string(), g.clone());
+        }
+        f(&mut st);
+        apply_record(&mut l.state, profile_id, p, &st);
+        l.dirty_profiles
+            .insert((profile_id.to_string(), p.to_string()));
+        if !l.bases.contains_key(profile_id) {
+            // The server's record as this replica last saw it, before its
+            // first local change: the merge's common ancestor.
+            if let Some(text) = self.recall(&self.keys.stats, profile_id) {
+                l.bases.insert(profile_id.to_string(), text);
+            }
+        }
+    }
+
+    /// An update of one session's entry in the local view (an outage).
+    fn local_update_session(&self, key: &str, f: &mut (dyn FnMut(&mut SessionEntry) + Send)) {
+        let mut l = self.local();
+        let mut e = l.sessions.get(key).cloned().unwrap_or_default();
+        f(&mut e);
+        l.dirty_sessions.insert(key.to_string());
+        l.remember_session(key, &e);
+    }
+
     async fn remote_load_state(&self) -> redis::RedisResult<AuthState> {
         let mut c = self.conn();
         type Maps = (
@@ -646,14 +857,7 @@ impl RedisStore {
             .hgetall(&self.keys.doc)
             .query_async(&mut c)
             .await?;
-        self.remember(
-            a.iter()
-                .map(|(k, v)| (self.keys.stats.as_str(), k.as_str(), Some(v.clone())))
-                .chain(
-                    b.iter()
-                        .map(|(k, v)| (self.keys.last_good.as_str(), k.as_str(), Some(v.clone()))),
-                ),
-        );
+        self.remember_state(&a, &b);
         Ok(self.parse_state(a, b, o, d))
     }
 
@@ -678,15 +882,62 @@ fn too_many_writers() -> redis::RedisError {
     redis::RedisError::from((redis::ErrorKind::Client, "too many concurrent writers"))
 }
 
-/// A profile record written during an outage merged into the server's:
-/// counts never go back, deadlines never move earlier (each keeps the
-/// reason of the later deadline), the latest times win.
-fn merge_stats(remote: Option<&UsageStats>, local: &UsageStats) -> UsageStats {
+/// A profile record written during an outage (`local`) merged into the
+/// server's (`remote`). `base` is the server's record as this replica last
+/// saw it before changing it locally (`Some(None)`: absent; `None`: not
+/// known), the two histories' common ancestor.
+///
+/// * Nobody else wrote it meanwhile (`remote == base`): the local record
+///   is its whole history and stands as it is — a success recorded during
+///   the outage clears the window and the counts, as it would have online.
+/// * The local record holds a success newer than any the server knows,
+///   and every failure the server holds came before it: the success
+///   resets them, as `record_success` does online, so the local counts and
+///   windows stand — except a cooldown scoped to a model (R7.3) that
+///   another replica set meanwhile: the success may have been on another
+///   model, which leaves such a window in place, so it is kept (with its
+///   counts); the cost of keeping it wrongly is one probe.
+/// * Otherwise (failures on both sides, or one after the success): counts
+///   never go back, deadlines never move earlier (each keeps the reason of
+///   the later deadline), the latest times win.
+fn merge_stats(
+    base: Option<Option<&UsageStats>>,
+    remote: Option<&UsageStats>,
+    local: &UsageStats,
+) -> UsageStats {
     let Some(r) = remote else {
         return local.clone();
     };
-    let mut m = r.clone();
+    if base == Some(Some(r)) {
+        return local.clone();
+    }
     let later = |a: Option<u64>, b: Option<u64>| a.max(b);
+    let known_success = later(base.flatten().and_then(|b| b.last_used), r.last_used);
+    let success = local.last_used.filter(|t| Some(*t) > known_success);
+    if let Some(t) = success.filter(|t| r.last_failure_at.is_none_or(|f| f <= *t)) {
+        let mut m = local.clone();
+        let theirs = r.cooldown_model.is_some()
+            && r.cooldown_until > local.cooldown_until
+            && base.flatten().map(|b| b.cooldown_until) != Some(r.cooldown_until);
+        if theirs {
+            m.cooldown_until = r.cooldown_until;
+            m.cooldown_reason = r.cooldown_reason.clone();
+            m.cooldown_model = r.cooldown_model.clone();
+            m.error_count = r.error_count.max(local.error_count);
+            for (k, v) in &r.failure_counts {
+                let e = m.failure_counts.entry(k.clone()).or_insert(0);
+                *e = (*e).max(*v);
+            }
+        }
+        m.last_used = Some(t);
+        m.last_failure_at = later(r.last_failure_at, local.last_failure_at);
+        m.last_probe_at = later(r.last_probe_at, local.last_probe_at);
+        for (k, v) in &r.extra {
+            m.extra.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        return m;
+    }
+    let mut m = r.clone();
     m.error_count = r.error_count.max(local.error_count);
     for (k, v) in &local.failure_counts {
         let e = m.failure_counts.entry(k.clone()).or_insert(0);
@@ -718,6 +969,9 @@ struct Local {
     state: AuthState,
     sessions: HashMap<String, SessionEntry>,
     dirty_profiles: BTreeSet<(String, String)>,
+    /// Per dirty profile, the server's record (raw text, `None`: absent)
+    /// as this replica last saw it before changing it locally, when known.
+    bases: HashMap<String, Option<String>>,
     dirty_sessions: BTreeSet<String>,
     retry_at: Option<Instant>,
     backoff: Duration,
@@ -839,17 +1093,7 @@ impl AsyncStore for RedisStore {
                     Err(e) => return Err(self.err("update")(e)),
                 }
             }
-            let mut l = self.local();
-            let mut st = AuthState::default();
-            if let Some(s) = l.state.usage_stats.get(profile_id) {
-                st.usage_stats.insert(profile_id.to_string(), s.clone());
-            }
-            if let Some(g) = l.state.last_good.get(&p) {
-                st.last_good.insert(p.clone(), g.clone());
-            }
-            f(&mut st);
-            apply_record(&mut l.state, profile_id, &p, &st);
-            l.dirty_profiles.insert((profile_id.to_string(), p));
+            self.local_update_profile(profile_id, &p, f);
             Ok(())
         })
     }
@@ -866,11 +1110,61 @@ impl AsyncStore for RedisStore {
                     Err(e) => return Err(self.err("update")(e)),
                 }
             }
-            let mut l = self.local();
-            let mut e = l.sessions.get(key).cloned().unwrap_or_default();
-            f(&mut e);
-            l.dirty_sessions.insert(key.to_string());
-            l.remember_session(key, &e);
+            self.local_update_session(key, f);
+            Ok(())
+        })
+    }
+
+    fn load_run<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> StoreFuture<'a, (Option<SessionEntry>, AuthState)> {
+        Box::pin(async move {
+            if !self.use_local().await {
+                match self.remote_load_run(key).await {
+                    Ok((v, st)) => {
+                        let mut l = self.local();
+                        if let Some(e) = &v {
+                            l.remember_session(key, e);
+                        }
+                        l.state = st.clone();
+                        return Ok((v, st));
+                    }
+                    Err(e) if is_outage(&e) => self.enter_outage(&e),
+                    Err(e) => return Err(self.err("read")(e)),
+                }
+            }
+            let l = self.local();
+            Ok((l.sessions.get(key).cloned(), l.state.clone()))
+        })
+    }
+
+    fn update_success<'a>(
+        &'a self,
+        mut profile: Option<(&'a str, &'a str, ProfileEdit<'a>)>,
+        key: &'a str,
+        f: SessionEdit<'a>,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            if !self.use_local().await {
+                let reborrow = profile.as_mut().map(|(id, p, pf)| (*id, *p, &mut **pf as _));
+                match self.remote_update_success(reborrow, key, f).await {
+                    Ok((st, e)) => {
+                        let mut l = self.local();
+                        if let (Some((id, p, _)), Some(st)) = (&profile, &st) {
+                            apply_record(&mut l.state, id, &normalize_provider(p), st);
+                        }
+                        l.remember_session(key, &e);
+                        return Ok(());
+                    }
+                    Err(e) if is_outage(&e) => self.enter_outage(&e),
+                    Err(e) => return Err(self.err("update")(e)),
+                }
+            }
+            if let Some((id, p, pf)) = profile {
+                self.local_update_profile(id, &normalize_provider(p), pf);
+            }
+            self.local_update_session(key, f);
             Ok(())
         })
     }
@@ -1219,6 +1513,91 @@ fn diff_into(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const T: u64 = 1_767_225_600_000;
+
+    fn cooling(at: u64, until: u64, model: Option<&str>) -> UsageStats {
+        UsageStats {
+            error_count: 2,
+            cooldown_until: Some(until),
+            cooldown_reason: Some("rate_limit".into()),
+            cooldown_model: model.map(str::to_string),
+            last_failure_at: Some(at),
+            last_used: Some(T - 60_000),
+            ..Default::default()
+        }
+    }
+
+    fn succeeded(from: &UsageStats, at: u64) -> UsageStats {
+        let mut s = AuthState::default();
+        s.usage_stats.insert("p:a".into(), from.clone());
+        crate::auth::record_success(&mut s, "p:a", "p", Some("m"), at);
+        s.usage_stats["p:a"].clone()
+    }
+
+    // Item 6 of issue 13: a success recorded during an outage, on a record
+    // nobody else changed meanwhile, stands after the merge: the window it
+    // cleared stays cleared and the counts stay reset.
+    #[test]
+    fn a_success_during_an_outage_stands_when_nobody_else_wrote() {
+        let base = cooling(T, T + 600_000, None);
+        let local = succeeded(&base, T + 60_000);
+        assert_eq!(local.cooldown_until, None);
+        let m = merge_stats(Some(Some(&base)), Some(&base), &local);
+        assert_eq!(m, local);
+        // Base unknown (the memory was cleared): still the success's, for
+        // every failure the server holds is older than it.
+        let m = merge_stats(None, Some(&base), &local);
+        assert_eq!((m.error_count, m.cooldown_until), (0, None));
+    }
+
+    // Another replica's failure after our success (both during the
+    // outage) is kept: counts never go back, its deadline stands.
+    #[test]
+    fn a_failure_after_the_success_is_kept() {
+        let base = cooling(T, T + 600_000, None);
+        let local = succeeded(&base, T + 60_000);
+        let remote = cooling(T + 120_000, T + 900_000, None);
+        let m = merge_stats(Some(Some(&base)), Some(&remote), &local);
+        assert_eq!(m.error_count, 2);
+        assert_eq!(m.cooldown_until, Some(T + 900_000));
+        assert_eq!(m.last_used, Some(T + 60_000));
+    }
+
+    // Another replica's whole-profile window set before our success is
+    // cleared by it (as online); a model-scoped one it set meanwhile is
+    // kept (our success may have been on another model, R7.3).
+    #[test]
+    fn a_success_after_another_replicas_failure() {
+        let base = UsageStats {
+            last_used: Some(T - 60_000),
+            ..Default::default()
+        };
+        let local = succeeded(&base, T + 60_000);
+        let whole = cooling(T + 30_000, T + 600_000, None);
+        let m = merge_stats(Some(Some(&base)), Some(&whole), &local);
+        assert_eq!((m.error_count, m.cooldown_until), (0, None));
+        let scoped = cooling(T + 30_000, T + 600_000, Some("other"));
+        let m = merge_stats(Some(Some(&base)), Some(&scoped), &local);
+        assert_eq!(m.cooldown_until, Some(T + 600_000));
+        assert_eq!(m.cooldown_model.as_deref(), Some("other"));
+        assert_eq!(m.error_count, 2);
+        assert_eq!(m.last_used, Some(T + 60_000));
+    }
+
+    // Failures on both sides, no success: the larger count, the later
+    // deadline, never shortened.
+    #[test]
+    fn failures_on_both_sides_never_go_back() {
+        let base = cooling(T, T + 60_000, None);
+        let mut local = cooling(T + 10_000, T + 300_000, None);
+        local.error_count = 3;
+        let remote = cooling(T + 20_000, T + 120_000, None);
+        let m = merge_stats(Some(Some(&base)), Some(&remote), &local);
+        assert_eq!(m.error_count, 3);
+        assert_eq!(m.cooldown_until, Some(T + 300_000));
+        assert_eq!(m.last_failure_at, Some(T + 20_000));
+    }
 
     #[test]
     fn passwords_are_not_shown() {

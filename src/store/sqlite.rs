@@ -23,7 +23,9 @@
 //! The per-record updates of [`AsyncStore`] are one `BEGIN IMMEDIATE`
 //! transaction each on one row (two for a profile: its stats and its
 //! provider's `lastGood`): their cost does not grow with the number of
-//! sessions. The whole-document [`Store`] calls (used by `status`, `state
+//! sessions. A run's success (`AsyncStore::update_success`) is one
+//! transaction for the profile's record and the session's entry, so a
+//! process killed in the middle leaves both or neither. The whole-document [`Store`] calls (used by `status`, `state
 //! export`/`import` and the tests) read or rewrite every row in one
 //! transaction. Secrets never enter the database: profiles are read from
 //! and written to `auth-profiles.json` by the file store, as before.
@@ -412,7 +414,36 @@ impl SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.err("begin"))?;
-        let before = self.get_session(&tx, key)?;
+        self.session_in(&tx, key, f)?;
+        tx.commit().map_err(self.err("commit"))
+    }
+
+    /// A run's success in one transaction: the profile's record (when
+    /// given) and the session's entry, both or neither.
+    pub fn update_success_sync(
+        &self,
+        profile: Option<ProfileUpdate<'_>>,
+        key: &str,
+        f: &mut dyn FnMut(&mut SessionEntry),
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.err("begin"))?;
+        if let Some((id, provider, pf)) = profile {
+            self.profile_in(&tx, id, provider, pf)?;
+        }
+        self.session_in(&tx, key, f)?;
+        tx.commit().map_err(self.err("commit"))
+    }
+
+    fn session_in(
+        &self,
+        tx: &Connection,
+        key: &str,
+        f: &mut dyn FnMut(&mut SessionEntry),
+    ) -> Result<(), StoreError> {
+        let before = self.get_session(tx, key)?;
         let mut entry = before.clone().unwrap_or_default();
         f(&mut entry);
         if before.as_ref() != Some(&entry) {
@@ -421,7 +452,7 @@ impl SqliteStore {
                 .execute(params![key, to_text(&entry)])
                 .map_err(self.err("write"))?;
         }
-        tx.commit().map_err(self.err("commit"))
+        Ok(())
     }
 
     /// One profile's read-modify-write in one transaction.
@@ -435,6 +466,17 @@ impl SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.err("begin"))?;
+        self.profile_in(&tx, profile_id, provider, f)?;
+        tx.commit().map_err(self.err("commit"))
+    }
+
+    fn profile_in(
+        &self,
+        tx: &Connection,
+        profile_id: &str,
+        provider: &str,
+        f: &mut dyn FnMut(&mut AuthState),
+    ) -> Result<(), StoreError> {
         let mut before = AuthState::default();
         let stats: Option<String> = tx
             .prepare_cached("SELECT stats FROM usage_stats WHERE profile = ?1")
@@ -465,11 +507,14 @@ impl SqliteStore {
         base.extra = after.extra.clone();
         base.version = after.version;
         if base != after {
-            self.write_state_diff(&tx, &base, &after)?;
+            self.write_state_diff(tx, &base, &after)?;
         }
-        tx.commit().map_err(self.err("commit"))
+        Ok(())
     }
 }
+
+/// A profile's id, its provider and the edit of its record.
+pub type ProfileUpdate<'a> = (&'a str, &'a str, &'a mut dyn FnMut(&mut AuthState));
 
 impl Store for SqliteStore {
     fn agent_id(&self) -> &str {
@@ -571,6 +616,21 @@ impl AsyncStore for SqliteStore {
 
     fn update_session<'a>(&'a self, key: &'a str, f: SessionEdit<'a>) -> StoreFuture<'a, ()> {
         let r = self.update_session_sync(key, &mut |e| f(e));
+        Box::pin(std::future::ready(r))
+    }
+
+    fn update_success<'a>(
+        &'a self,
+        profile: Option<(&'a str, &'a str, ProfileEdit<'a>)>,
+        key: &'a str,
+        f: SessionEdit<'a>,
+    ) -> StoreFuture<'a, ()> {
+        let r = match profile {
+            Some((id, p, pf)) => {
+                self.update_success_sync(Some((id, p, &mut |s| pf(s))), key, &mut |e| f(e))
+            }
+            None => self.update_success_sync(None, key, &mut |e| f(e)),
+        };
         Box::pin(std::future::ready(r))
     }
 
