@@ -881,14 +881,17 @@ impl Running {
 /// `failover serve`: runs until SIGTERM or Ctrl-C; SIGHUP reloads.
 /// Returns the exit code.
 pub fn main(opts: Options) -> i32 {
-    // Log lines go through a bounded queue to one writer thread, so a
-    // request's worker never waits on stderr; when the queue is full the
-    // worker waits (`lossy(false)`): a decision line is never dropped. The
-    // guard flushes what is queued when `main` returns.
-    let (writer, _flush) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .thread_name("failover-log")
-        .finish(std::io::stderr());
+    // Log lines are gathered in a buffer that one thread writes out in
+    // batches (`log::Batched`): a request's worker never waits on stderr
+    // and makes no system call for its lines, and no line is dropped. The
+    // guard writes what is waiting when `main` returns.
+    let (writer, _flush) = match log::Batched::start(std::io::stderr()) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("error: cannot start the log writer thread: {e}");
+            return 2;
+        }
+    };
     // One flat JSON object per event (`log.rs`). The runner's `failover_run` and
     // `failover_attempt` spans (docs/tracing.md) are for trace exporters;
     // the log lines never show them, so the filter turns them off at the
