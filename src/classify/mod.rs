@@ -656,8 +656,8 @@ fn text_test(test: &TextTest, lower: &str, original: &str, hits: Option<&[u64]>)
             list.iter().any(|s| t == s.as_bytes())
         }
         TextTest::Has(l) => l.occurs(lower, hits),
-        TextTest::HasAny(ls) => ls.iter().any(|l| l.occurs(lower, hits)),
-        TextTest::HasAll(ls) => ls.iter().all(|l| l.occurs(lower, hits)),
+        TextTest::HasAny(ls) => ls.any_occurs(lower, hits),
+        TextTest::HasAll(ls) => ls.all_occur(lower, hits),
         TextTest::StartsWith(s) => trim(lower).starts_with(s.as_bytes()),
         TextTest::EndsWith(s) => trim(lower).ends_with(s.as_bytes()),
         TextTest::Matches(re) => re.is_match_message(lower_str, original, hits),
@@ -871,7 +871,10 @@ mod tests {
         let Expr::Text(_, TextTest::Matches(plain)) = &rules[1].cond else {
             panic!("a regex: {:?}", rules[1].cond)
         };
-        assert_eq!(plain.exact_ids.as_ref().map(Vec::len), Some(4));
+        assert_eq!(
+            plain.exact_ids.as_ref().map(crate::compile::ir::AtomSet::len),
+            Some(4)
+        );
 
         let cases = [
             ("alpha then bravo", Some(402), Some("gated")),
@@ -884,6 +887,41 @@ mod tests {
         for (msg, status, want) in cases {
             let mut err = ProviderError::message(msg);
             err.status = status;
+            assert_eq!(e.classify(&err).rule, want, "{msg}");
+            assert_eq!(e.classify_exhaustive(&err).rule, want, "{msg} (exhaustive)");
+        }
+    }
+
+    /// A literal a regex needs that is no atom itself still gates it
+    /// through an atom inside it (`alpha` in `alpha-one`), and a common
+    /// word the scan looks for anyway (`error`) gates too; verdicts stay
+    /// those of running every regex.
+    #[test]
+    fn regexes_are_gated_by_atoms_inside_their_literals() {
+        let e = engine(
+            r#"
+            reason r { failover }
+            rule gated when message matches /\balpha-one\b[^\n]*\bbravo-two\b[^\n]*\berror\b/ => r
+            rule a when message has "alpha" and status == 500 => r
+            rule b when message has "bravo" and status == 500 => r
+            rule c when message has "error" and status == 500 => r
+            "#,
+        );
+        let Expr::Text(_, TextTest::Matches(gated)) = &e.ruleset().rules[0].cond else {
+            panic!("a regex: {:?}", e.ruleset().rules[0].cond)
+        };
+        // One of the two long literals routes the rule (an atom); the other
+        // stands for `alpha` or `bravo`; `error` is an atom of rule c.
+        assert_eq!(gated.gate_ids.len(), 3, "{:?}", gated.facts.gates);
+        let cases = [
+            ("alpha-one, bravo-two: error", Some("gated")),
+            ("alpha-one, bravo-two: fine", None),
+            ("alpha-one then bravo-twoish error", None),
+            ("bravo-two, alpha-one: error", None),
+            ("ALPHA-ONE x BRAVO-TWO x ERROR", Some("gated")),
+        ];
+        for (msg, want) in cases {
+            let err = ProviderError::message(msg);
             assert_eq!(e.classify(&err).rule, want, "{msg}");
             assert_eq!(e.classify_exhaustive(&err).rule, want, "{msg} (exhaustive)");
         }

@@ -241,7 +241,7 @@ fn parse_as_written(pattern: &str, flags: &str) -> Option<Hir> {
 }
 
 /// At most this many gates are kept per regex (the most selective).
-const MAX_GATES: usize = 4;
+const MAX_GATES: usize = 6;
 
 /// The gates and exact literal set of a message regex (lower-cased
 /// atoms). `case_insensitive`: the regex runs ASCII-folded on the
@@ -265,7 +265,7 @@ pub fn regex_facts(pattern: &str, flags: &str, case_insensitive: bool) -> RegexF
         .chain(info.required)
         .chain(info.exact)
         .filter_map(usable)
-        .filter(|g| min_len(g) >= MIN_ATOM_LEN && score(g).0 > 1)
+        .filter(|g| min_len(g) >= MIN_ATOM_LEN)
         .map(minimal)
         .collect();
     gates.sort_by_key(|g| std::cmp::Reverse(score(g)));
@@ -733,9 +733,10 @@ mod tests {
                 vec!["bravo", "delta"]
             ]
         );
-        // Common words make poor gates and are left out.
+        // Common words are weak gates but cost nothing when the scan looks
+        // for them anyway: they are kept, after the selective ones.
         let f = regex_facts(r"error[^\n]*quota", "", true);
-        assert_eq!(strings(&f.gates), vec![vec!["quota"]]);
+        assert_eq!(strings(&f.gates), vec![vec!["quota"], vec!["error"]]);
         // Nothing literal: no gate.
         assert_eq!(regex_facts(r"\d{3}", "", true), RegexFacts::default());
     }

@@ -74,8 +74,8 @@ pub enum TextTest {
     /// Equal to one of the texts.
     In(Vec<String>),
     Has(Box<Literal>),
-    HasAny(Vec<Literal>),
-    HasAll(Vec<Literal>),
+    HasAny(Literals),
+    HasAll(Literals),
     StartsWith(String),
     EndsWith(String),
     Matches(Box<CompiledRegex>),
@@ -122,6 +122,70 @@ impl Literal {
     }
 }
 
+/// The literals of a `has any` / `has all` list (it reads as the
+/// `Vec<Literal>` it holds).
+///
+/// When every literal of a `has any` is an atom, the plan also keeps them as
+/// one [`AtomSet`]: the test is then an AND per word of the hit bitset, not
+/// a bit test per literal (lists of a hundred wordings are common, and
+/// one that fails tested every literal).
+#[derive(Clone, Debug)]
+pub struct Literals {
+    list: Vec<Literal>,
+    pub(crate) atoms: Option<AtomSet>,
+}
+
+impl Literals {
+    /// Whether one of the literals occurs (see [`Literal::occurs`]).
+    #[inline]
+    pub fn any_occurs(&self, haystack_lower: &[u8], hits: Option<&[u64]>) -> bool {
+        match (&self.atoms, hits) {
+            (Some(set), Some(h)) => set.any(h),
+            _ => self.list.iter().any(|l| l.occurs(haystack_lower, hits)),
+        }
+    }
+
+    /// Whether every literal occurs.
+    #[inline]
+    pub fn all_occur(&self, haystack_lower: &[u8], hits: Option<&[u64]>) -> bool {
+        self.list.iter().all(|l| l.occurs(haystack_lower, hits))
+    }
+}
+
+impl From<Vec<Literal>> for Literals {
+    fn from(list: Vec<Literal>) -> Self {
+        Literals { list, atoms: None }
+    }
+}
+
+impl std::ops::Deref for Literals {
+    type Target = Vec<Literal>;
+    fn deref(&self) -> &Vec<Literal> {
+        &self.list
+    }
+}
+
+impl std::ops::DerefMut for Literals {
+    fn deref_mut(&mut self) -> &mut Vec<Literal> {
+        &mut self.list
+    }
+}
+
+impl PartialEq for Literals {
+    fn eq(&self, other: &Self) -> bool {
+        self.list == other.list
+    }
+}
+
+impl Eq for Literals {}
+
+/// As equality: by the literals.
+impl std::hash::Hash for Literals {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.list.hash(state);
+    }
+}
+
 /// Whether atom `id` is set in the scan's hit bitset.
 #[inline]
 fn has_bit(hits: &[u64], id: u32) -> bool {
@@ -161,8 +225,53 @@ pub struct CompiledRegex {
     pub facts: RegexFacts,
     /// The same as atom pattern ids, filled in by the plan: the regex runs
     /// only when every gate has a hit, and not at all when `exact` is set.
-    pub(crate) gate_ids: Vec<Vec<u32>>,
-    pub(crate) exact_ids: Option<Vec<u32>>,
+    pub(crate) gate_ids: Vec<AtomSet>,
+    pub(crate) exact_ids: Option<AtomSet>,
+}
+
+/// A set of atom pattern ids kept as words of the scan's hit bitset, so
+/// "did any of them occur" costs one AND per 64-id word the set touches,
+/// not one bit test per id: a gate of a long alternation holds up to
+/// hundreds of atoms, and a failing gate tested them all.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct AtomSet {
+    /// (word index, bits), by word index.
+    words: Box<[(u32, u64)]>,
+    len: usize,
+}
+
+impl AtomSet {
+    pub(crate) fn new(ids: impl IntoIterator<Item = u32>) -> AtomSet {
+        let mut ids: Vec<u32> = ids.into_iter().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut words: Vec<(u32, u64)> = Vec::new();
+        for &id in &ids {
+            let bit = 1u64 << (id % 64);
+            match words.last_mut() {
+                Some((w, bits)) if *w == id / 64 => *bits |= bit,
+                _ => words.push((id / 64, bit)),
+            }
+        }
+        AtomSet {
+            words: words.into_boxed_slice(),
+            len: ids.len(),
+        }
+    }
+
+    /// How many atoms the set holds.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether one of the atoms is set in the scan's hit bitset.
+    #[inline]
+    pub(crate) fn any(&self, hits: &[u64]) -> bool {
+        self.words
+            .iter()
+            .any(|&(w, bits)| hits.get(w as usize).is_some_and(|h| h & bits != 0))
+    }
 }
 
 impl CompiledRegex {
@@ -171,12 +280,11 @@ impl CompiledRegex {
     #[inline]
     pub fn is_match_message(&self, lower: &str, original: &str, hits: Option<&[u64]>) -> bool {
         if let Some(h) = hits {
-            let hit = |&id: &u32| has_bit(h, id);
-            if !self.gate_ids.iter().all(|g| g.iter().any(hit)) {
+            if !self.gate_ids.iter().all(|g| g.any(h)) {
                 return false;
             }
             if let Some(exact) = &self.exact_ids {
-                return exact.iter().any(hit);
+                return exact.any(h);
             }
         }
         self.is_match(lower, original)
