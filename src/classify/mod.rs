@@ -246,7 +246,7 @@ impl Engine {
         if let Some(scanner) = &plan.atoms {
             // The scan only sets bits (an atom may be reported more than
             // once); each atom's rules are added once, afterwards.
-            scanner.scan(lower.as_bytes(), |pid| hits[pid / 64] |= 1u64 << (pid % 64));
+            scanner.scan_bits(lower.as_bytes(), hits);
             for (w, &word) in hits.iter().enumerate() {
                 let mut bits = word;
                 while bits != 0 {
@@ -919,6 +919,50 @@ mod tests {
             ("alpha-one then bravo-twoish error", None),
             ("bravo-two, alpha-one: error", None),
             ("ALPHA-ONE x BRAVO-TWO x ERROR", Some("gated")),
+        ];
+        for (msg, want) in cases {
+            let err = ProviderError::message(msg);
+            assert_eq!(e.classify(&err).rule, want, "{msg}");
+            assert_eq!(e.classify_exhaustive(&err).rule, want, "{msg} (exhaustive)");
+        }
+    }
+
+    /// Literal branches are decided by their atoms and the bytes around
+    /// each occurrence; the rest runs only when its atoms occur. Every
+    /// case agrees with running the regex.
+    #[test]
+    fn literal_branches_decide_without_running_the_regex() {
+        let e = engine(
+            r#"
+            reason r { failover }
+            rule words when message matches /\b(unknown|no such) model\b|\btpm\b|:eof\b|bad gateway|\b429\b[^\n]*\bslow\b/ => r
+            rule other when message has "model" => r
+            "#,
+        );
+        let Expr::Text(_, TextTest::Matches(re)) = &e.ruleset().rules[0].cond else {
+            panic!("a regex: {:?}", e.ruleset().rules[0].cond)
+        };
+        assert!(re.branch_check.is_some(), "{:?}", re.facts.branches);
+        let cases = [
+            ("unknown model", Some("words")),
+            ("Unknown Model: x", Some("words")),
+            ("the unknown models list", Some("other")),
+            ("an_unknown model", Some("other")),
+            ("xunknown model; unknown model", Some("words")),
+            ("no such model", Some("words")),
+            ("tpm", Some("words")),
+            ("tpms tpm_ xtpm", None),
+            ("(tpm)", Some("words")),
+            ("read:eof", Some("words")),
+            ("read:eofx", None),
+            ("read: eof", None),
+            ("502 Bad Gateway", Some("words")),
+            ("badgateway", None),
+            ("429: slow down", Some("words")),
+            ("4290: slow down", None),
+            ("slow 429", None),
+            ("unknown modèle", None),
+            ("unknown model\u{e9}", Some("words")),
         ];
         for (msg, want) in cases {
             let err = ProviderError::message(msg);

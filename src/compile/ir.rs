@@ -227,6 +227,8 @@ pub struct CompiledRegex {
     /// only when every gate has a hit, and not at all when `exact` is set.
     pub(crate) gate_ids: Vec<AtomSet>,
     pub(crate) exact_ids: Option<AtomSet>,
+    /// The literal branches as they run, filled in by the plan.
+    pub(crate) branch_check: Option<BranchCheck>,
 }
 
 /// A set of atom pattern ids kept as words of the scan's hit bitset, so
@@ -285,6 +287,13 @@ impl CompiledRegex {
             }
             if let Some(exact) = &self.exact_ids {
                 return exact.any(h);
+            }
+            if let Some(verdict) = self
+                .branch_check
+                .as_ref()
+                .and_then(|b| b.decide(lower.as_bytes(), h))
+            {
+                return verdict;
             }
         }
         self.is_match(lower, original)
@@ -378,4 +387,97 @@ pub struct RegexFacts {
     /// Unbounded repetitions (`[^\n]*`, `\w+`): each can make the regex
     /// engine walk the rest of the message from every place it starts.
     pub gaps: u32,
+    /// The regex as branches that are literals with optional word
+    /// boundaries at their ends (`\bunknown model\b`) and the rest
+    /// ([`atoms::literal_branches`](super::atoms)); `None` when it has no
+    /// such branch, or is case-sensitive.
+    pub branches: Option<LiteralBranches>,
+}
+
+/// A regex read as `L1 | L2 | … | REST`: each `L` a literal string with
+/// or without a word boundary before and after it, `REST` the branches
+/// that are not. A literal branch is decided by finding its string in the
+/// lower-cased message and looking at the bytes around it, so a message
+/// it matches needs no regex run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LiteralBranches {
+    /// (lower-cased text, `\b` before it, `\b` after it).
+    pub literals: Vec<(Vec<u8>, bool, bool)>,
+    /// What the other branches need: `Some(set)` when one literal of the
+    /// set occurs in every match of theirs (empty: there are none), `None`
+    /// when some other branch needs no literal.
+    pub rest: Option<Vec<Vec<u8>>>,
+}
+
+/// A literal branch as it runs: the atom of its text (a hit says the text
+/// occurs), a searcher for the text, and its boundaries.
+#[derive(Debug)]
+pub(crate) struct BranchCheck {
+    pub(crate) literals: Vec<(u32, memmem::Finder<'static>, bool, bool)>,
+    /// Every literal's atom, to skip the list in one test.
+    pub(crate) any: AtomSet,
+    pub(crate) rest: Rest,
+}
+
+/// What the non-literal branches of a [`BranchCheck`] need.
+#[derive(Debug)]
+pub(crate) enum Rest {
+    /// There are none: no literal branch found means no match.
+    Nothing,
+    /// One of these atoms occurs in every match of theirs.
+    Gated(AtomSet),
+    /// They must run.
+    Run,
+}
+
+impl BranchCheck {
+    /// `Some(verdict)` when the literal branches and the hits decide the
+    /// regex; `None` when it must run.
+    #[inline]
+    fn decide(&self, lower: &[u8], hits: &[u64]) -> Option<bool> {
+        if self.any.any(hits) {
+            for (atom, finder, before, after) in &self.literals {
+                if has_bit(hits, *atom)
+                    && (!(*before || *after) || occurs_bounded(lower, finder, *before, *after))
+                {
+                    return Some(true);
+                }
+            }
+        }
+        match &self.rest {
+            Rest::Nothing => Some(false),
+            Rest::Gated(set) if !set.any(hits) => Some(false),
+            _ => None,
+        }
+    }
+}
+
+/// An ASCII word byte, as the folded regexes' `\b` reads it.
+#[inline]
+fn is_word(b: Option<&u8>) -> bool {
+    b.is_some_and(|&b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Whether the finder's text occurs in `hay` with a word boundary before
+/// it (when `before`) and after it (when `after`). Every occurrence is
+/// tried, overlapping ones included.
+fn occurs_bounded(hay: &[u8], finder: &memmem::Finder<'_>, before: bool, after: bool) -> bool {
+    let n = finder.needle().len();
+    let mut start = 0;
+    while let Some(i) = finder.find(&hay[start..]) {
+        let at = start + i;
+        let ok_before =
+            !before || is_word(at.checked_sub(1).and_then(|j| hay.get(j))) != is_word(hay.get(at));
+        let end = at + n;
+        let ok_after = !after
+            || is_word(end.checked_sub(1).and_then(|j| hay.get(j))) != is_word(hay.get(end));
+        if ok_before && ok_after {
+            return true;
+        }
+        start = at + 1;
+        if start >= hay.len() {
+            break;
+        }
+    }
+    false
 }

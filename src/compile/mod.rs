@@ -1014,6 +1014,7 @@ impl Compiler<'_> {
                 facts,
                 gate_ids: Vec::new(),
                 exact_ids: None,
+                branch_check: None,
             }),
             Err(err) => {
                 let detail = match &err {

@@ -19,8 +19,10 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
-use super::atoms::{route_keys, usable_atom, Key};
-use super::ir::{AtomSet, Expr, Rule, TextField, TextTest};
+use super::atoms::{route_keys, usable_atom, Key, MIN_ATOM_LEN};
+use memchr::memmem::Finder;
+
+use super::ir::{AtomSet, BranchCheck, Expr, Rest, Rule, TextField, TextTest};
 use super::scan::Scanner;
 
 /// Index of a rule in the ruleset (precedence order).
@@ -111,6 +113,18 @@ impl Plan {
                         .exact
                         .as_ref()
                         .map(|e| AtomSet::new(e.iter().map(|a| atoms.id(a))));
+                    // The strings of literal branches become atoms too: a
+                    // hit then says the string occurs, and only its
+                    // boundaries are left to look at.
+                    if let (None, true, Some(b)) =
+                        (&re.exact_ids, re.on_lowercase, &re.facts.branches)
+                    {
+                        if b.literals.iter().all(|(t, ..)| t.len() >= MIN_ATOM_LEN) {
+                            b.literals.iter().for_each(|(t, ..)| {
+                                atoms.id(t);
+                            });
+                        }
+                    }
                 }
                 _ => {}
             });
@@ -137,6 +151,13 @@ impl Plan {
                                     .map(AtomSet::new)
                             })
                             .collect();
+                        if re.exact_ids.is_none() && re.on_lowercase {
+                            re.branch_check = re
+                                .facts
+                                .branches
+                                .as_ref()
+                                .and_then(|b| branch_check(&atoms, scanner, b));
+                        }
                     }
                 });
             }
@@ -270,13 +291,52 @@ fn contained_atom(atoms: &Patterns, scanner: &Scanner, lit: &[u8]) -> Option<u32
     if let Some(id) = atoms.get(lit) {
         return Some(id);
     }
+    let mut bits = vec![0u64; atoms.list.len().div_ceil(64)];
+    scanner.scan_bits(lit, &mut bits);
     let mut best: Option<usize> = None;
-    scanner.scan(lit, |pid| {
-        if best.is_none_or(|b| atoms.list[pid].len() > atoms.list[b].len()) {
-            best = Some(pid);
+    for (w, &word) in bits.iter().enumerate() {
+        let mut rest = word;
+        while rest != 0 {
+            let pid = w * 64 + rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            if best.is_none_or(|b| atoms.list[pid].len() > atoms.list[b].len()) {
+                best = Some(pid);
+            }
         }
-    });
+    }
     best.map(|b| b as u32)
+}
+
+/// The literal branches of a regex as they run: each literal with its own
+/// atom (registered with the message literals); `None` when one is too
+/// short to be an atom.
+fn branch_check(
+    atoms: &Patterns,
+    scanner: &Scanner,
+    branches: &super::ir::LiteralBranches,
+) -> Option<BranchCheck> {
+    let literals = branches
+        .literals
+        .iter()
+        .map(|(text, before, after)| {
+            let atom = atoms.get(text)?;
+            Some((atom, Finder::new(text).into_owned(), *before, *after))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let rest = match &branches.rest {
+        None => Rest::Run,
+        Some(set) if set.is_empty() => Rest::Nothing,
+        Some(set) => set
+            .iter()
+            .map(|lit| contained_atom(atoms, scanner, lit))
+            .collect::<Option<Vec<u32>>>()
+            .map_or(Rest::Run, |ids| Rest::Gated(AtomSet::new(ids))),
+    };
+    Some(BranchCheck {
+        any: AtomSet::new(literals.iter().map(|l| l.0)),
+        literals,
+        rest,
+    })
 }
 
 /// Rules are added in index order, so a duplicate can only be the last.

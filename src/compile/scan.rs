@@ -75,6 +75,13 @@ impl Scanner {
         }
     }
 
+    /// Sets bit `id` of `bits` (a bitset over pattern ids, long enough)
+    /// for every pattern that occurs in `haystack`.
+    #[inline]
+    pub(crate) fn scan_bits(&self, haystack: &[u8], bits: &mut [u64]) {
+        self.scan(haystack, |pid| bits[pid / 64] |= 1u64 << (pid % 64));
+    }
+
     /// Calls `hit` with the pattern id of every occurrence in `haystack`
     /// (an occurrence may be reported more than once).
     #[inline]
