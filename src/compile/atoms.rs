@@ -313,9 +313,6 @@ fn literal_branches(hir: &Hir) -> Option<LiteralBranches> {
     if out.literals.is_empty() || out.literals.len() > MAX_BRANCH_LITERALS {
         return None;
     }
-    if let Some(rest) = &mut out.rest {
-        dedup(rest);
-    }
     Some(out)
 }
 
@@ -356,11 +353,21 @@ fn split_branches(h: &Hir, before: bool, after: bool, out: &mut LiteralBranches)
             .literals
             .extend(strings.into_iter().map(|t| (t, before, after))),
         None => {
-            let needs = best(info.required, info.exact)
-                .and_then(usable)
-                .filter(|set| min_len(set) >= MIN_ATOM_LEN);
-            match (needs, &mut out.rest) {
-                (Some(set), Some(rest)) => rest.extend(set),
+            // Every set the branch needs at once (its gates), the most
+            // selective first.
+            let mut needs: Vec<Vec<Vec<u8>>> = info
+                .all
+                .into_iter()
+                .chain(best(info.required, info.exact))
+                .filter_map(usable)
+                .filter(|set| min_len(set) >= MIN_ATOM_LEN)
+                .map(minimal)
+                .collect();
+            needs.sort_by_key(|g| std::cmp::Reverse(score(g)));
+            needs.dedup();
+            needs.truncate(MAX_GATES);
+            match (needs.is_empty(), &mut out.rest) {
+                (false, Some(rest)) => rest.push(needs),
                 _ => out.rest = None,
             }
         }
@@ -844,8 +851,12 @@ mod tests {
                 ("unknown model".to_string(), true, true),
             ]
         );
-        // The third branch needs `404` or `not found` (its best set).
-        assert_eq!(b.rest.map(|r| r.len()), Some(1));
+        // The third branch needs `404` and `not found` (a common phrase,
+        // so tested second).
+        assert_eq!(
+            b.rest,
+            Some(vec![vec![vec![b"404".to_vec()], vec![b"not found".to_vec()]]])
+        );
         // A boundary lifted out of the branches goes back to each of them.
         let b = regex_facts(r"\b(invalid|bad) key\b", "", true).branches.unwrap();
         assert_eq!(b.literals.len(), 2);
@@ -854,7 +865,7 @@ mod tests {
         // The rest needs what its branches need; with no literal at all,
         // it must run.
         let b = regex_facts(r"\btpm\b|\d{3} tokens", "", true).branches.unwrap();
-        assert_eq!(b.rest, Some(vec![b" tokens".to_vec()]));
+        assert_eq!(b.rest, Some(vec![vec![vec![b" tokens".to_vec()]]]));
         let b = regex_facts(r"\btpm\b|\d{3}", "", true).branches.unwrap();
         assert_eq!(b.rest, None);
         // Case-sensitive, anchored, or no literal branch: nothing.

@@ -403,16 +403,17 @@ pub struct RegexFacts {
 pub struct LiteralBranches {
     /// (lower-cased text, `\b` before it, `\b` after it).
     pub literals: Vec<(Vec<u8>, bool, bool)>,
-    /// What the other branches need: `Some(set)` when one literal of the
-    /// set occurs in every match of theirs (empty: there are none), `None`
-    /// when some other branch needs no literal.
-    pub rest: Option<Vec<Vec<u8>>>,
+    /// What the other branches need: for each, the literal sets of which
+    /// one literal each occurs in every match of it (empty: there are no
+    /// other branches); `None` when some other branch needs no literal.
+    pub rest: Option<Vec<Vec<Vec<Vec<u8>>>>>,
 }
 
 /// A literal branch as it runs: the atom of its text (a hit says the text
 /// occurs), a searcher for the text, and its boundaries.
 #[derive(Debug)]
 pub(crate) struct BranchCheck {
+    /// Sorted by atom.
     pub(crate) literals: Vec<(u32, memmem::Finder<'static>, bool, bool)>,
     /// Every literal's atom, to skip the list in one test.
     pub(crate) any: AtomSet,
@@ -424,8 +425,8 @@ pub(crate) struct BranchCheck {
 pub(crate) enum Rest {
     /// There are none: no literal branch found means no match.
     Nothing,
-    /// One of these atoms occurs in every match of theirs.
-    Gated(AtomSet),
+    /// Per branch, atom sets that each have a hit in every match of it.
+    Gated(Vec<Vec<AtomSet>>),
     /// They must run.
     Run,
 }
@@ -435,18 +436,33 @@ impl BranchCheck {
     /// regex; `None` when it must run.
     #[inline]
     fn decide(&self, lower: &[u8], hits: &[u64]) -> Option<bool> {
-        if self.any.any(hits) {
-            for (atom, finder, before, after) in &self.literals {
-                if has_bit(hits, *atom)
-                    && (!(*before || *after) || occurs_bounded(lower, finder, *before, *after))
+        // Only the literals whose atoms occurred (usually one or two of up
+        // to hundreds): the set's words against the hits, then each hit
+        // atom's literals (sorted by atom) found by binary search.
+        for &(w, bits) in self.any.words.iter() {
+            let mut found = hits.get(w as usize).map_or(0, |h| h & bits);
+            while found != 0 {
+                let atom = w * 64 + found.trailing_zeros();
+                found &= found - 1;
+                let from = self.literals.partition_point(|l| l.0 < atom);
+                for (_, finder, before, after) in
+                    self.literals[from..].iter().take_while(|l| l.0 == atom)
                 {
-                    return Some(true);
+                    if !(*before || *after) || occurs_bounded(lower, finder, *before, *after) {
+                        return Some(true);
+                    }
                 }
             }
         }
         match &self.rest {
             Rest::Nothing => Some(false),
-            Rest::Gated(set) if !set.any(hits) => Some(false),
+            Rest::Gated(branches)
+                if !branches
+                    .iter()
+                    .any(|gates| gates.iter().all(|g| g.any(hits))) =>
+            {
+                Some(false)
+            }
             _ => None,
         }
     }

@@ -315,7 +315,7 @@ fn branch_check(
     scanner: &Scanner,
     branches: &super::ir::LiteralBranches,
 ) -> Option<BranchCheck> {
-    let literals = branches
+    let mut literals = branches
         .literals
         .iter()
         .map(|(text, before, after)| {
@@ -323,14 +323,28 @@ fn branch_check(
             Some((atom, Finder::new(text).into_owned(), *before, *after))
         })
         .collect::<Option<Vec<_>>>()?;
+    literals.sort_by_key(|l| l.0);
+    // Each other branch keeps the gates whose literals all hold an atom;
+    // a branch left with none could match anything, so the rest runs.
     let rest = match &branches.rest {
         None => Rest::Run,
-        Some(set) if set.is_empty() => Rest::Nothing,
-        Some(set) => set
+        Some(others) if others.is_empty() => Rest::Nothing,
+        Some(others) => others
             .iter()
-            .map(|lit| contained_atom(atoms, scanner, lit))
-            .collect::<Option<Vec<u32>>>()
-            .map_or(Rest::Run, |ids| Rest::Gated(AtomSet::new(ids))),
+            .map(|gates| {
+                let kept: Vec<AtomSet> = gates
+                    .iter()
+                    .filter_map(|g| {
+                        g.iter()
+                            .map(|lit| contained_atom(atoms, scanner, lit))
+                            .collect::<Option<Vec<u32>>>()
+                            .map(AtomSet::new)
+                    })
+                    .collect();
+                (!kept.is_empty()).then_some(kept)
+            })
+            .collect::<Option<Vec<_>>>()
+            .map_or(Rest::Run, Rest::Gated),
     };
     Some(BranchCheck {
         any: AtomSet::new(literals.iter().map(|l| l.0)),
