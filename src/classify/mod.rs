@@ -128,6 +128,9 @@ pub struct Scratch {
     candidates: Vec<u64>,
     /// Bitset over atom pattern ids: which atoms this message contains.
     hits: Vec<u64>,
+    /// Bit `w % 64` is set for every word `w` of `hits` that may be
+    /// non-zero: only those are walked and cleared.
+    touched: u64,
     json: Option<Value>,
     /// The lower-cased message with `ſ` and the Kelvin sign spelled `s`
     /// and `k`, for the scan of the (rare) messages that hold them.
@@ -235,6 +238,7 @@ impl Engine {
         [provider, code, error_type]: [Option<&str>; 3],
         candidates: &mut [u64],
         hits: &mut [u64],
+        touched: &mut u64,
         mut explain: Option<&mut Explanation>,
     ) {
         let mut add = |rules: &[RuleIdx]| {
@@ -246,9 +250,9 @@ impl Engine {
         if let Some(scanner) = &plan.atoms {
             // The scan only sets bits (an atom may be reported more than
             // once); each atom's rules are added once, afterwards.
-            scanner.scan_bits(lower.as_bytes(), hits);
-            for (w, &word) in hits.iter().enumerate() {
-                let mut bits = word;
+            scanner.scan_bits(lower.as_bytes(), hits, touched);
+            for w in touched_words(*touched, hits.len()) {
+                let mut bits = hits[w];
                 while bits != 0 {
                     let pid = w * 64 + bits.trailing_zeros() as usize;
                     bits &= bits - 1;
@@ -331,6 +335,7 @@ impl Engine {
             body_raw,
             candidates,
             hits,
+            touched,
             json,
             folded,
         } = scratch;
@@ -476,8 +481,17 @@ impl Engine {
         let rules = &self.ruleset.rules;
         candidates.clear();
         candidates.resize(rules.len().div_ceil(64), 0);
-        hits.clear();
-        hits.resize(self.plan.atom_count().div_ceil(64), 0);
+        // Only the words the last scan touched can be non-zero.
+        let words = self.plan.atom_count().div_ceil(64);
+        if hits.len() == words {
+            for w in touched_words(*touched, words) {
+                hits[w] = 0;
+            }
+        } else {
+            hits.clear();
+            hits.resize(words, 0);
+        }
+        *touched = 0;
         if exhaustive {
             candidates.fill(u64::MAX);
         } else {
@@ -487,6 +501,7 @@ impl Engine {
                 [provider_l, code_l, type_l],
                 candidates,
                 hits,
+                touched,
                 explain.as_deref_mut(),
             );
         }
@@ -532,6 +547,20 @@ impl Engine {
         }
         self.verdict(winner, status, truncated)
     }
+}
+
+/// The words `w < len` of a bitset whose bit `w % 64` is set in
+/// `touched` (in increasing order when `len` ≤ 64).
+fn touched_words(touched: u64, len: usize) -> impl Iterator<Item = usize> {
+    let mut t = touched;
+    std::iter::from_fn(move || {
+        (t != 0).then(|| {
+            let lane = t.trailing_zeros() as usize;
+            t &= t - 1;
+            lane
+        })
+    })
+    .flat_map(move |lane| (lane..len).step_by(64))
 }
 
 /// Whether the text holds `ſ` (U+017F) or `K` (U+212A), the two

@@ -292,7 +292,7 @@ fn contained_atom(atoms: &Patterns, scanner: &Scanner, lit: &[u8]) -> Option<u32
         return Some(id);
     }
     let mut bits = vec![0u64; atoms.list.len().div_ceil(64)];
-    scanner.scan_bits(lit, &mut bits);
+    scanner.scan_bits(lit, &mut bits, &mut 0);
     let mut best: Option<usize> = None;
     for (w, &word) in bits.iter().enumerate() {
         let mut rest = word;
