@@ -237,8 +237,7 @@ impl Engine {
         status: Option<u16>,
         [provider, code, error_type]: [Option<&str>; 3],
         candidates: &mut [u64],
-        hits: &mut [u64],
-        touched: &mut u64,
+        (hits, touched): (&mut [u64], &mut u64),
         mut explain: Option<&mut Explanation>,
     ) {
         let mut add = |rules: &[RuleIdx]| {
@@ -500,8 +499,7 @@ impl Engine {
                 status,
                 [provider_l, code_l, type_l],
                 candidates,
-                hits,
-                touched,
+                (hits, touched),
                 explain.as_deref_mut(),
             );
         }
