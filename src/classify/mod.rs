@@ -16,7 +16,9 @@
 //!    whose whole condition holds wins. `has` tests are bit tests; a regex
 //!    whose language is a small set of literal strings is answered from the
 //!    bits too; a regex whose required literals did not all occur is false
-//!    without running; any other regex runs only now, on the lower-cased
+//!    without running; a branch of a regex that is a literal with word
+//!    boundaries (`\bunknown model\b`) is decided from its atom's hit and
+//!    the bytes around the occurrence; any other regex runs only now, on the lower-cased
 //!    text (with the `c` flag, on the original). A message holding `ſ` or
 //!    the Kelvin sign, which a case-insensitive regex reads as `s` and `k`,
 //!    is scanned with `s` and `k` in their place and verified without the

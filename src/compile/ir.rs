@@ -126,7 +126,7 @@ impl Literal {
 /// `Vec<Literal>` it holds).
 ///
 /// When every literal of a `has any` is an atom, the plan also keeps them as
-/// one [`AtomSet`]: the test is then an AND per word of the hit bitset, not
+/// one atom set: the test is then an AND per word of the hit bitset, not
 /// a bit test per literal (lists of a hundred wordings are common, and
 /// one that fails tested every literal).
 #[derive(Clone, Debug)]
@@ -389,7 +389,7 @@ pub struct RegexFacts {
     pub gaps: u32,
     /// The regex as branches that are literals with optional word
     /// boundaries at their ends (`\bunknown model\b`) and the rest
-    /// ([`atoms::literal_branches`](super::atoms)); `None` when it has no
+    /// (found by the atom analysis, `super::atoms`); `None` when it has no
     /// such branch, or is case-sensitive.
     pub branches: Option<LiteralBranches>,
 }
