@@ -1000,6 +1000,37 @@ mod tests {
         }
     }
 
+    /// Only the hit words the last scan touched are cleared: one scratch
+    /// shared by engines with different atom counts, message after
+    /// message, gives what a fresh scratch gives.
+    #[test]
+    fn a_scratch_shared_by_engines_gives_fresh_verdicts() {
+        let many: String = (0..300)
+            .map(|i| format!("rule w{i} when message has \"word{i:03}x\" => r\n"))
+            .collect();
+        let big = engine(&format!("reason r {{ failover }}\n{many}rule z when message has \"zeta\" => r"));
+        let small = engine("reason r { failover }\nrule z when message has \"zeta\" => r\nrule y when message has \"word299x\" => r");
+        let messages = ["word299x and word001x", "zeta", "nothing here", "word150x", "zeta word299x"];
+        let mut shared = Scratch::default();
+        for round in 0..3 {
+            for (i, msg) in messages.iter().enumerate() {
+                let e = if (i + round) % 2 == 0 { &big } else { &small };
+                let err = ProviderError::message(msg);
+                let got = e.classify_with(&err, &mut shared).rule;
+                let fresh = e.classify_with(&err, &mut Scratch::default()).rule;
+                assert_eq!(got, fresh, "{msg} (round {round})");
+            }
+        }
+        assert_eq!(
+            big.classify_with(&ProviderError::message("zeta"), &mut shared).rule,
+            Some("z")
+        );
+        assert_eq!(
+            big.classify_with(&ProviderError::message("nothing"), &mut shared).rule,
+            None
+        );
+    }
+
     /// `ſ` and the Kelvin sign fold to `s` and `k` in a case-insensitive
     /// regex but are not lower-cased to them: the shortcuts must not hide
     /// a match (found in review).
