@@ -16,7 +16,9 @@
 //!    whose whole condition holds wins. `has` tests are bit tests; a regex
 //!    whose language is a small set of literal strings is answered from the
 //!    bits too; a regex whose required literals did not all occur is false
-//!    without running; any other regex runs only now, on the lower-cased
+//!    without running; a branch of a regex that is a literal with word
+//!    boundaries (`\bunknown model\b`) is decided from its atom's hit and
+//!    the bytes around the occurrence; any other regex runs only now, on the lower-cased
 //!    text (with the `c` flag, on the original). A message holding `ſ` or
 //!    the Kelvin sign, which a case-insensitive regex reads as `s` and `k`,
 //!    is scanned with `s` and `k` in their place and verified without the
@@ -128,6 +130,9 @@ pub struct Scratch {
     candidates: Vec<u64>,
     /// Bitset over atom pattern ids: which atoms this message contains.
     hits: Vec<u64>,
+    /// Bit `w % 64` is set for every word `w` of `hits` that may be
+    /// non-zero: only those are walked and cleared.
+    touched: u64,
     json: Option<Value>,
     /// The lower-cased message with `ſ` and the Kelvin sign spelled `s`
     /// and `k`, for the scan of the (rare) messages that hold them.
@@ -234,7 +239,7 @@ impl Engine {
         status: Option<u16>,
         [provider, code, error_type]: [Option<&str>; 3],
         candidates: &mut [u64],
-        hits: &mut [u64],
+        (hits, touched): (&mut [u64], &mut u64),
         mut explain: Option<&mut Explanation>,
     ) {
         let mut add = |rules: &[RuleIdx]| {
@@ -246,9 +251,9 @@ impl Engine {
         if let Some(scanner) = &plan.atoms {
             // The scan only sets bits (an atom may be reported more than
             // once); each atom's rules are added once, afterwards.
-            scanner.scan(lower.as_bytes(), |pid| hits[pid / 64] |= 1u64 << (pid % 64));
-            for (w, &word) in hits.iter().enumerate() {
-                let mut bits = word;
+            scanner.scan_bits(lower.as_bytes(), hits, touched);
+            for w in touched_words(*touched, hits.len()) {
+                let mut bits = hits[w];
                 while bits != 0 {
                     let pid = w * 64 + bits.trailing_zeros() as usize;
                     bits &= bits - 1;
@@ -331,6 +336,7 @@ impl Engine {
             body_raw,
             candidates,
             hits,
+            touched,
             json,
             folded,
         } = scratch;
@@ -476,8 +482,17 @@ impl Engine {
         let rules = &self.ruleset.rules;
         candidates.clear();
         candidates.resize(rules.len().div_ceil(64), 0);
-        hits.clear();
-        hits.resize(self.plan.atom_count().div_ceil(64), 0);
+        // Only the words the last scan touched can be non-zero.
+        let words = self.plan.atom_count().div_ceil(64);
+        if hits.len() == words {
+            for w in touched_words(*touched, words) {
+                hits[w] = 0;
+            }
+        } else {
+            hits.clear();
+            hits.resize(words, 0);
+        }
+        *touched = 0;
         if exhaustive {
             candidates.fill(u64::MAX);
         } else {
@@ -486,7 +501,7 @@ impl Engine {
                 status,
                 [provider_l, code_l, type_l],
                 candidates,
-                hits,
+                (hits, touched),
                 explain.as_deref_mut(),
             );
         }
@@ -532,6 +547,20 @@ impl Engine {
         }
         self.verdict(winner, status, truncated)
     }
+}
+
+/// The words `w < len` of a bitset whose bit `w % 64` is set in
+/// `touched` (in increasing order when `len` ≤ 64).
+fn touched_words(touched: u64, len: usize) -> impl Iterator<Item = usize> {
+    let mut t = touched;
+    std::iter::from_fn(move || {
+        (t != 0).then(|| {
+            let lane = t.trailing_zeros() as usize;
+            t &= t - 1;
+            lane
+        })
+    })
+    .flat_map(move |lane| (lane..len).step_by(64))
 }
 
 /// Whether the text holds `ſ` (U+017F) or `K` (U+212A), the two
@@ -656,8 +685,8 @@ fn text_test(test: &TextTest, lower: &str, original: &str, hits: Option<&[u64]>)
             list.iter().any(|s| t == s.as_bytes())
         }
         TextTest::Has(l) => l.occurs(lower, hits),
-        TextTest::HasAny(ls) => ls.iter().any(|l| l.occurs(lower, hits)),
-        TextTest::HasAll(ls) => ls.iter().all(|l| l.occurs(lower, hits)),
+        TextTest::HasAny(ls) => ls.any_occurs(lower, hits),
+        TextTest::HasAll(ls) => ls.all_occur(lower, hits),
         TextTest::StartsWith(s) => trim(lower).starts_with(s.as_bytes()),
         TextTest::EndsWith(s) => trim(lower).ends_with(s.as_bytes()),
         TextTest::Matches(re) => re.is_match_message(lower_str, original, hits),
@@ -871,7 +900,10 @@ mod tests {
         let Expr::Text(_, TextTest::Matches(plain)) = &rules[1].cond else {
             panic!("a regex: {:?}", rules[1].cond)
         };
-        assert_eq!(plain.exact_ids.as_ref().map(Vec::len), Some(4));
+        assert_eq!(
+            plain.exact_ids.as_ref().map(crate::compile::ir::AtomSet::len),
+            Some(4)
+        );
 
         let cases = [
             ("alpha then bravo", Some(402), Some("gated")),
@@ -887,6 +919,116 @@ mod tests {
             assert_eq!(e.classify(&err).rule, want, "{msg}");
             assert_eq!(e.classify_exhaustive(&err).rule, want, "{msg} (exhaustive)");
         }
+    }
+
+    /// A literal a regex needs that is no atom itself still gates it
+    /// through an atom inside it (`alpha` in `alpha-one`), and a common
+    /// word the scan looks for anyway (`error`) gates too; verdicts stay
+    /// those of running every regex.
+    #[test]
+    fn regexes_are_gated_by_atoms_inside_their_literals() {
+        let e = engine(
+            r#"
+            reason r { failover }
+            rule gated when message matches /\balpha-one\b[^\n]*\bbravo-two\b[^\n]*\berror\b/ => r
+            rule a when message has "alpha" and status == 500 => r
+            rule b when message has "bravo" and status == 500 => r
+            rule c when message has "error" and status == 500 => r
+            "#,
+        );
+        let Expr::Text(_, TextTest::Matches(gated)) = &e.ruleset().rules[0].cond else {
+            panic!("a regex: {:?}", e.ruleset().rules[0].cond)
+        };
+        // One of the two long literals routes the rule (an atom); the other
+        // stands for `alpha` or `bravo`; `error` is an atom of rule c.
+        assert_eq!(gated.gate_ids.len(), 3, "{:?}", gated.facts.gates);
+        let cases = [
+            ("alpha-one, bravo-two: error", Some("gated")),
+            ("alpha-one, bravo-two: fine", None),
+            ("alpha-one then bravo-twoish error", None),
+            ("bravo-two, alpha-one: error", None),
+            ("ALPHA-ONE x BRAVO-TWO x ERROR", Some("gated")),
+        ];
+        for (msg, want) in cases {
+            let err = ProviderError::message(msg);
+            assert_eq!(e.classify(&err).rule, want, "{msg}");
+            assert_eq!(e.classify_exhaustive(&err).rule, want, "{msg} (exhaustive)");
+        }
+    }
+
+    /// Literal branches are decided by their atoms and the bytes around
+    /// each occurrence; the rest runs only when its atoms occur. Every
+    /// case agrees with running the regex.
+    #[test]
+    fn literal_branches_decide_without_running_the_regex() {
+        let e = engine(
+            r#"
+            reason r { failover }
+            rule words when message matches /\b(unknown|no such) model\b|\btpm\b|:eof\b|bad gateway|\b429\b[^\n]*\bslow\b/ => r
+            rule other when message has "model" => r
+            "#,
+        );
+        let Expr::Text(_, TextTest::Matches(re)) = &e.ruleset().rules[0].cond else {
+            panic!("a regex: {:?}", e.ruleset().rules[0].cond)
+        };
+        assert!(re.branch_check.is_some(), "{:?}", re.facts.branches);
+        let cases = [
+            ("unknown model", Some("words")),
+            ("Unknown Model: x", Some("words")),
+            ("the unknown models list", Some("other")),
+            ("an_unknown model", Some("other")),
+            ("xunknown model; unknown model", Some("words")),
+            ("no such model", Some("words")),
+            ("tpm", Some("words")),
+            ("tpms tpm_ xtpm", None),
+            ("(tpm)", Some("words")),
+            ("read:eof", Some("words")),
+            ("read:eofx", None),
+            ("read: eof", None),
+            ("502 Bad Gateway", Some("words")),
+            ("badgateway", None),
+            ("429: slow down", Some("words")),
+            ("4290: slow down", None),
+            ("slow 429", None),
+            ("unknown modèle", None),
+            ("unknown model\u{e9}", Some("words")),
+        ];
+        for (msg, want) in cases {
+            let err = ProviderError::message(msg);
+            assert_eq!(e.classify(&err).rule, want, "{msg}");
+            assert_eq!(e.classify_exhaustive(&err).rule, want, "{msg} (exhaustive)");
+        }
+    }
+
+    /// Only the hit words the last scan touched are cleared: one scratch
+    /// shared by engines with different atom counts, message after
+    /// message, gives what a fresh scratch gives.
+    #[test]
+    fn a_scratch_shared_by_engines_gives_fresh_verdicts() {
+        let many: String = (0..300)
+            .map(|i| format!("rule w{i} when message has \"word{i:03}x\" => r\n"))
+            .collect();
+        let big = engine(&format!("reason r {{ failover }}\n{many}rule z when message has \"zeta\" => r"));
+        let small = engine("reason r { failover }\nrule z when message has \"zeta\" => r\nrule y when message has \"word299x\" => r");
+        let messages = ["word299x and word001x", "zeta", "nothing here", "word150x", "zeta word299x"];
+        let mut shared = Scratch::default();
+        for round in 0..3 {
+            for (i, msg) in messages.iter().enumerate() {
+                let e = if (i + round) % 2 == 0 { &big } else { &small };
+                let err = ProviderError::message(msg);
+                let got = e.classify_with(&err, &mut shared).rule;
+                let fresh = e.classify_with(&err, &mut Scratch::default()).rule;
+                assert_eq!(got, fresh, "{msg} (round {round})");
+            }
+        }
+        assert_eq!(
+            big.classify_with(&ProviderError::message("zeta"), &mut shared).rule,
+            Some("z")
+        );
+        assert_eq!(
+            big.classify_with(&ProviderError::message("nothing"), &mut shared).rule,
+            None
+        );
     }
 
     /// `ſ` and the Kelvin sign fold to `s` and `k` in a case-insensitive

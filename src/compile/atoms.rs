@@ -34,9 +34,9 @@
 //! neither runs on every message; `check` warns when such a rule holds a
 //! regex (W002).
 
-use regex_syntax::hir::{Class, Hir, HirKind};
+use regex_syntax::hir::{Class, Hir, HirKind, Look};
 
-use super::ir::{Expr, RegexFacts, Rule, StatusSet, TextField, TextTest};
+use super::ir::{Expr, LiteralBranches, RegexFacts, Rule, StatusSet, TextField, TextTest};
 use crate::diag::{Code, Diagnostic};
 
 /// Atoms shorter than this occur in too many messages to be worth a scan
@@ -241,7 +241,7 @@ fn parse_as_written(pattern: &str, flags: &str) -> Option<Hir> {
 }
 
 /// At most this many gates are kept per regex (the most selective).
-const MAX_GATES: usize = 4;
+const MAX_GATES: usize = 6;
 
 /// The gates and exact literal set of a message regex (lower-cased
 /// atoms). `case_insensitive`: the regex runs ASCII-folded on the
@@ -265,7 +265,7 @@ pub fn regex_facts(pattern: &str, flags: &str, case_insensitive: bool) -> RegexF
         .chain(info.required)
         .chain(info.exact)
         .filter_map(usable)
-        .filter(|g| min_len(g) >= MIN_ATOM_LEN && score(g).0 > 1)
+        .filter(|g| min_len(g) >= MIN_ATOM_LEN)
         .map(minimal)
         .collect();
     gates.sort_by_key(|g| std::cmp::Reverse(score(g)));
@@ -283,6 +283,94 @@ pub fn regex_facts(pattern: &str, flags: &str, case_insensitive: bool) -> RegexF
         exact,
         atoms,
         gaps,
+        branches: case_insensitive.then(|| literal_branches(&hir)).flatten(),
+    }
+}
+
+/// A regex with more literal-branch strings than this runs as before.
+const MAX_BRANCH_LITERALS: usize = 256;
+
+/// The regex as literal branches and the rest ([`LiteralBranches`]):
+/// alternations are split, a `\b` at the start or end of a concatenation
+/// goes to every string of what it encloses (`\b(a|b) c\b` is `\ba c\b`
+/// or `\bb c\b`), and a piece whose language is a small set of strings
+/// with no other look-around gives those strings. `None` when no branch
+/// is a literal one.
+///
+/// Worked example: `\bunknown model\b|is not a valid model( id)?\b|\b404\b[^\n]*\bnot found\b`
+/// gives `unknown model` with boundaries on both sides, `is not a valid
+/// model` and `is not a valid model id` with one after, and the rest
+/// `\b404\b[^\n]*…`, which needs `404` (or, by its best set, `not
+/// found`).
+fn literal_branches(hir: &Hir) -> Option<LiteralBranches> {
+    let mut out = LiteralBranches {
+        literals: Vec::new(),
+        rest: Some(Vec::new()),
+    };
+    split_branches(hir, false, false, &mut out);
+    out.literals.sort();
+    out.literals.dedup();
+    if out.literals.is_empty() || out.literals.len() > MAX_BRANCH_LITERALS {
+        return None;
+    }
+    Some(out)
+}
+
+fn is_word_boundary(h: &Hir) -> bool {
+    matches!(h.kind(), HirKind::Look(Look::WordAscii | Look::WordUnicode))
+}
+
+fn split_branches(h: &Hir, before: bool, after: bool, out: &mut LiteralBranches) {
+    match h.kind() {
+        HirKind::Alternation(subs) => {
+            subs.iter()
+                .for_each(|sub| split_branches(sub, before, after, out));
+            return;
+        }
+        HirKind::Capture(c) => return split_branches(&c.sub, before, after, out),
+        HirKind::Concat(subs) => {
+            let (mut lo, mut hi) = (0, subs.len());
+            while lo < hi && is_word_boundary(&subs[lo]) {
+                lo += 1;
+            }
+            while hi > lo && is_word_boundary(&subs[hi - 1]) {
+                hi -= 1;
+            }
+            if lo > 0 || hi < subs.len() {
+                let inner = Hir::concat(subs[lo..hi].to_vec());
+                return split_branches(&inner, before || lo > 0, after || hi < subs.len(), out);
+            }
+        }
+        _ => {}
+    }
+    let info = analyze(h);
+    let literal = match (&info.exact, info.look) {
+        (Some(e), false) if !e.iter().any(Vec::is_empty) => usable(e.clone()),
+        _ => None,
+    };
+    match literal {
+        Some(strings) => out
+            .literals
+            .extend(strings.into_iter().map(|t| (t, before, after))),
+        None => {
+            // Every set the branch needs at once (its gates), the most
+            // selective first.
+            let mut needs: Vec<Vec<Vec<u8>>> = info
+                .all
+                .into_iter()
+                .chain(best(info.required, info.exact))
+                .filter_map(usable)
+                .filter(|set| min_len(set) >= MIN_ATOM_LEN)
+                .map(minimal)
+                .collect();
+            needs.sort_by_key(|g| std::cmp::Reverse(score(g)));
+            needs.dedup();
+            needs.truncate(MAX_GATES);
+            match (needs.is_empty(), &mut out.rest) {
+                (false, Some(rest)) => rest.push(needs),
+                _ => out.rest = None,
+            }
+        }
     }
 }
 
@@ -733,11 +821,57 @@ mod tests {
                 vec!["bravo", "delta"]
             ]
         );
-        // Common words make poor gates and are left out.
+        // Common words are weak gates but cost nothing when the scan looks
+        // for them anyway: they are kept, after the selective ones.
         let f = regex_facts(r"error[^\n]*quota", "", true);
-        assert_eq!(strings(&f.gates), vec![vec!["quota"]]);
+        assert_eq!(strings(&f.gates), vec![vec!["quota"], vec!["error"]]);
         // Nothing literal: no gate.
         assert_eq!(regex_facts(r"\d{3}", "", true), RegexFacts::default());
+    }
+
+    #[test]
+    fn literal_branches_split_alternations_and_keep_their_boundaries() {
+        let b = regex_facts(
+            r"\bunknown model\b|is not a valid model( id)?\b|\b404\b[^\n]*\bnot found\b",
+            "",
+            true,
+        )
+        .branches
+        .expect("literal branches");
+        let lits: Vec<(String, bool, bool)> = b
+            .literals
+            .iter()
+            .map(|(t, x, y)| (String::from_utf8(t.clone()).unwrap(), *x, *y))
+            .collect();
+        assert_eq!(
+            lits,
+            vec![
+                ("is not a valid model".to_string(), false, true),
+                ("is not a valid model id".to_string(), false, true),
+                ("unknown model".to_string(), true, true),
+            ]
+        );
+        // The third branch needs `404` and `not found` (a common phrase,
+        // so tested second).
+        assert_eq!(
+            b.rest,
+            Some(vec![vec![vec![b"404".to_vec()], vec![b"not found".to_vec()]]])
+        );
+        // A boundary lifted out of the branches goes back to each of them.
+        let b = regex_facts(r"\b(invalid|bad) key\b", "", true).branches.unwrap();
+        assert_eq!(b.literals.len(), 2);
+        assert!(b.literals.iter().all(|(_, x, y)| *x && *y));
+        assert_eq!(b.rest, Some(Vec::new()));
+        // The rest needs what its branches need; with no literal at all,
+        // it must run.
+        let b = regex_facts(r"\btpm\b|\d{3} tokens", "", true).branches.unwrap();
+        assert_eq!(b.rest, Some(vec![vec![vec![b" tokens".to_vec()]]]));
+        let b = regex_facts(r"\btpm\b|\d{3}", "", true).branches.unwrap();
+        assert_eq!(b.rest, None);
+        // Case-sensitive, anchored, or no literal branch: nothing.
+        assert_eq!(regex_facts(r"\bbusy\b", "c", false).branches, None);
+        assert_eq!(regex_facts(r"^busy$", "", true).branches, None);
+        assert_eq!(regex_facts(r"a\bb", "", true).branches, None);
     }
 
     #[test]

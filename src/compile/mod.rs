@@ -28,7 +28,7 @@ use regex::RegexBuilder;
 use crate::diag::{self, did_you_mean, Code, Diagnostic};
 use crate::syntax::ast::{self, CondKind, Decl, Field, ListItem, Op, Operand, Spanned};
 use crate::syntax::{parse_file, FileId, SourceMap, Span};
-pub use ir::{CompiledRegex, Expr, Literal, Rule, StatusSet, TextField, TextTest};
+pub use ir::{CompiledRegex, Expr, Literal, Literals, Rule, StatusSet, TextField, TextTest};
 pub use plan::Plan;
 pub use reasons::{
     DisableLane, ReasonBehaviour, ReasonDef, ReasonId, RotationBudget, UNCLASSIFIED,
@@ -934,9 +934,9 @@ impl Compiler<'_> {
                     .map(|s| Literal::new(s))
                     .collect();
                 if op == Op::HasAny {
-                    TextTest::HasAny(lits)
+                    TextTest::HasAny(lits.into())
                 } else {
-                    TextTest::HasAll(lits)
+                    TextTest::HasAll(lits.into())
                 }
             }
             (Op::Matches, Operand::Regex { pattern, flags }) => {
@@ -1014,6 +1014,7 @@ impl Compiler<'_> {
                 facts,
                 gate_ids: Vec::new(),
                 exact_ids: None,
+                branch_check: None,
             }),
             Err(err) => {
                 let detail = match &err {

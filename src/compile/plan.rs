@@ -19,8 +19,10 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
-use super::atoms::{route_keys, usable_atom, Key};
-use super::ir::{Expr, Rule, TextField, TextTest};
+use super::atoms::{route_keys, usable_atom, Key, MIN_ATOM_LEN};
+use memchr::memmem::Finder;
+
+use super::ir::{AtomSet, BranchCheck, Expr, Rest, Rule, TextField, TextTest};
 use super::scan::Scanner;
 
 /// Index of a rule in the ruleset (precedence order).
@@ -96,42 +98,75 @@ impl Plan {
         for rule in rules.iter_mut() {
             visit_message_tests(&mut rule.cond, &mut |test| match test {
                 TextTest::Has(l) => atoms.register(l),
-                TextTest::HasAny(ls) | TextTest::HasAll(ls) => {
-                    ls.iter_mut().for_each(|l| atoms.register(l))
+                TextTest::HasAny(ls) => {
+                    ls.iter_mut().for_each(|l| atoms.register(l));
+                    ls.atoms = ls
+                        .iter()
+                        .map(|l| l.atom)
+                        .collect::<Option<Vec<u32>>>()
+                        .map(AtomSet::new);
                 }
+                TextTest::HasAll(ls) => ls.iter_mut().for_each(|l| atoms.register(l)),
                 TextTest::Matches(re) => {
                     re.exact_ids = re
                         .facts
                         .exact
                         .as_ref()
-                        .map(|e| e.iter().map(|a| atoms.id(a)).collect());
+                        .map(|e| AtomSet::new(e.iter().map(|a| atoms.id(a))));
+                    // The strings of literal branches become atoms too: a
+                    // hit then says the string occurs, and only its
+                    // boundaries are left to look at.
+                    if let (None, true, Some(b)) =
+                        (&re.exact_ids, re.on_lowercase, &re.facts.branches)
+                    {
+                        if b.literals.iter().all(|(t, ..)| t.len() >= MIN_ATOM_LEN) {
+                            b.literals.iter().for_each(|(t, ..)| {
+                                atoms.id(t);
+                            });
+                        }
+                    }
                 }
                 _ => {}
             });
         }
+        let scanner = (!atoms.list.is_empty()).then(|| Scanner::build(&atoms.list));
         // A regex that must run is gated by the literals it needs, but only
-        // by atoms the scan looks for anyway: a new atom would cost every
-        // message a little to spare a few messages a regex run.
-        for rule in rules.iter_mut() {
-            visit_message_tests(&mut rule.cond, &mut |test| {
-                if let TextTest::Matches(re) = test {
-                    re.gate_ids = re
-                        .facts
-                        .gates
-                        .iter()
-                        .filter_map(|g| {
-                            g.iter().map(|a| atoms.get(a)).collect::<Option<Vec<u32>>>()
-                        })
-                        .collect();
-                }
-            });
+        // through atoms the scan looks for anyway (a new atom would cost
+        // every message a little to spare a few messages a regex run): a
+        // literal that is no atom itself stands for the longest atom inside
+        // it, whose hit it needs. A gate with a literal that holds no atom
+        // says nothing and is dropped.
+        if let Some(scanner) = &scanner {
+            for rule in rules.iter_mut() {
+                visit_message_tests(&mut rule.cond, &mut |test| {
+                    if let TextTest::Matches(re) = test {
+                        re.gate_ids = re
+                            .facts
+                            .gates
+                            .iter()
+                            .filter_map(|g| {
+                                g.iter()
+                                    .map(|lit| contained_atom(&atoms, scanner, lit))
+                                    .collect::<Option<Vec<u32>>>()
+                                    .map(AtomSet::new)
+                            })
+                            .collect();
+                        if re.exact_ids.is_none() && re.on_lowercase {
+                            re.branch_check = re
+                                .facts
+                                .branches
+                                .as_ref()
+                                .and_then(|b| branch_check(&atoms, scanner, b));
+                        }
+                    }
+                });
+            }
         }
 
         for rule in rules.iter_mut() {
             order_by_cost(&mut rule.cond);
         }
 
-        let scanner = (!atoms.list.is_empty()).then(|| Scanner::build(&atoms.list));
         let atom_texts = atoms
             .list
             .iter()
@@ -185,6 +220,7 @@ fn order_by_cost(expr: &mut Expr) -> u32 {
         Expr::Status(_) | Expr::StatusEmpty => 1,
         Expr::Text(TextField::Message, test) => match test {
             TextTest::Has(l) => literal_cost(l),
+            TextTest::HasAny(ls) if ls.atoms.is_some() => 1,
             TextTest::HasAny(ls) | TextTest::HasAll(ls) => ls.iter().map(literal_cost).sum(),
             TextTest::Matches(re) if re.exact_ids.is_some() => 2,
             TextTest::Matches(re) => 50 + 200 * re.facts.gaps,
@@ -247,6 +283,74 @@ fn visit_message_tests(expr: &mut Expr, f: &mut impl FnMut(&mut TextTest)) {
         Expr::Text(TextField::Message, test) => f(test),
         _ => {}
     }
+}
+
+/// The atom a literal needs: the literal itself when it is an atom, else
+/// the longest atom that occurs inside it; `None` when it holds none.
+fn contained_atom(atoms: &Patterns, scanner: &Scanner, lit: &[u8]) -> Option<u32> {
+    if let Some(id) = atoms.get(lit) {
+        return Some(id);
+    }
+    let mut bits = vec![0u64; atoms.list.len().div_ceil(64)];
+    scanner.scan_bits(lit, &mut bits, &mut 0);
+    let mut best: Option<usize> = None;
+    for (w, &word) in bits.iter().enumerate() {
+        let mut rest = word;
+        while rest != 0 {
+            let pid = w * 64 + rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            if best.is_none_or(|b| atoms.list[pid].len() > atoms.list[b].len()) {
+                best = Some(pid);
+            }
+        }
+    }
+    best.map(|b| b as u32)
+}
+
+/// The literal branches of a regex as they run: each literal with its own
+/// atom (registered with the message literals); `None` when one is too
+/// short to be an atom.
+fn branch_check(
+    atoms: &Patterns,
+    scanner: &Scanner,
+    branches: &super::ir::LiteralBranches,
+) -> Option<BranchCheck> {
+    let mut literals = branches
+        .literals
+        .iter()
+        .map(|(text, before, after)| {
+            let atom = atoms.get(text)?;
+            Some((atom, Finder::new(text).into_owned(), *before, *after))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    literals.sort_by_key(|l| l.0);
+    // Each other branch keeps the gates whose literals all hold an atom;
+    // a branch left with none could match anything, so the rest runs.
+    let rest = match &branches.rest {
+        None => Rest::Run,
+        Some(others) if others.is_empty() => Rest::Nothing,
+        Some(others) => others
+            .iter()
+            .map(|gates| {
+                let kept: Vec<AtomSet> = gates
+                    .iter()
+                    .filter_map(|g| {
+                        g.iter()
+                            .map(|lit| contained_atom(atoms, scanner, lit))
+                            .collect::<Option<Vec<u32>>>()
+                            .map(AtomSet::new)
+                    })
+                    .collect();
+                (!kept.is_empty()).then_some(kept)
+            })
+            .collect::<Option<Vec<_>>>()
+            .map_or(Rest::Run, Rest::Gated),
+    };
+    Some(BranchCheck {
+        any: AtomSet::new(literals.iter().map(|l| l.0)),
+        literals,
+        rest,
+    })
 }
 
 /// Rules are added in index order, so a duplicate can only be the last.

@@ -75,6 +75,18 @@ impl Scanner {
         }
     }
 
+    /// Sets bit `id` of `bits` (a bitset over pattern ids, long enough)
+    /// for every pattern that occurs in `haystack`, and bit `w % 64` of
+    /// `touched` for every word `w` of `bits` it sets a bit in (so a caller
+    /// visits and clears only those words: a ruleset of 2,000 atoms has 32).
+    #[inline]
+    pub(crate) fn scan_bits(&self, haystack: &[u8], bits: &mut [u64], touched: &mut u64) {
+        self.scan(haystack, |pid| {
+            bits[pid / 64] |= 1u64 << (pid % 64);
+            *touched |= 1u64 << ((pid / 64) % 64);
+        });
+    }
+
     /// Calls `hit` with the pattern id of every occurrence in `haystack`
     /// (an occurrence may be reported more than once).
     #[inline]
