@@ -28,7 +28,7 @@ use regex::RegexBuilder;
 use crate::diag::{self, did_you_mean, Code, Diagnostic};
 use crate::syntax::ast::{self, CondKind, Decl, Field, ListItem, Op, Operand, Spanned};
 use crate::syntax::{parse_file, FileId, SourceMap, Span};
-pub use ir::{CompiledRegex, Expr, Literal, Literals, Rule, StatusSet, TextField, TextTest};
+pub use ir::{CompiledRegex, Expr, Literal, Rule, StatusSet, TextField, TextTest};
 pub use plan::Plan;
 pub use reasons::{
     DisableLane, ReasonBehaviour, ReasonDef, ReasonId, RotationBudget, UNCLASSIFIED,
