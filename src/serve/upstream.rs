@@ -13,7 +13,10 @@
 //! stream, its first event must come within `firstByteMs`, else the
 //! attempt fails with a `timeout`-shaped error (`ETIMEDOUT`).
 
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::http::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
@@ -21,8 +24,10 @@ use axum::http::{Method, Request};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use http_body_util::{BodyDataStream, Full};
+use hyper_util::client::legacy::connect::proxy::Tunnel;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::client::proxy::matcher::Matcher;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 use crate::run::{AttemptError, ProviderFailure};
 use crate::store::{Credential, Profile};
@@ -53,10 +58,49 @@ pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, hyper::Error>> + S
 /// benches/README.md "Gateway"). The gateway needs none of it: it never
 /// follows redirects or retries a call itself (every failure goes to the
 /// policy), and it sets its own timeouts.
-pub type Client = hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<HttpConnector>,
-    Full<Bytes>,
->;
+pub type Client =
+    hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<Connect>, Full<Bytes>>;
+
+/// How a connection to an upstream is made: directly, or through the
+/// proxy that `HTTPS_PROXY` / `HTTP_PROXY` / `ALL_PROXY` name for it (with
+/// `NO_PROXY` exceptions, as curl reads them; read once at start), as an
+/// HTTP `CONNECT` tunnel for `https://` and `http://` upstreams alike. TLS
+/// to the upstream runs inside the tunnel. Credentials in the proxy URL
+/// are sent as `Proxy-Authorization: Basic`.
+#[derive(Clone)]
+pub struct Connect {
+    direct: HttpConnector,
+    proxies: Arc<Matcher>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<axum::http::Uri> for Connect {
+    type Response = TokioIo<tokio::net::TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.direct.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, dst: axum::http::Uri) -> Self::Future {
+        let direct = self.direct.clone();
+        match self.proxies.intercept(&dst) {
+            None => {
+                let mut c = direct;
+                Box::pin(async move { c.call(dst).await.map_err(Into::into) })
+            }
+            Some(via) => {
+                let mut t = Tunnel::new(via.uri().clone(), direct);
+                if let Some(auth) = via.basic_auth() {
+                    t = t.with_auth(auth.clone());
+                }
+                Box::pin(async move { t.call(dst).await.map_err(Into::into) })
+            }
+        }
+    }
+}
 
 /// A successful attempt.
 pub enum Answer {
@@ -92,11 +136,15 @@ pub fn client_for(u: &Upstream) -> Client {
     // `https://` base URLs go through rustls; `enforce_http(false)` lets
     // the TLS connector see them.
     http.enforce_http(false);
+    let connect = Connect {
+        direct: http,
+        proxies: Arc::new(Matcher::from_env()),
+    };
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_webpki_roots()
         .https_or_http()
         .enable_http1()
-        .wrap_connector(http);
+        .wrap_connector(connect);
     hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_timer(TokioTimer::new())
