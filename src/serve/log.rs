@@ -28,8 +28,8 @@ use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::{Context, Layer};
 
 /// Where the lines go: a buffer that one thread of its own writes out in
-/// batches, so a request's worker never waits on the output and makes no
-/// system call for its lines.
+/// batches, so a request's worker never waits on the output; its only
+/// system call for its lines is the wake-up of the first line of a batch.
 ///
 /// By hand rather than tracing-appender: that writer wakes its thread for
 /// every line (a futex wake each), and its thread spins on `sched_yield`

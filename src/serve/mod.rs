@@ -883,7 +883,8 @@ impl Running {
 pub fn main(opts: Options) -> i32 {
     // Log lines are gathered in a buffer that one thread writes out in
     // batches (`log::Batched`): a request's worker never waits on stderr
-    // and makes no system call for its lines, and no line is dropped. The
+    // (at most it wakes the writer for a batch's first line), and no line
+    // is dropped. The
     // guard writes what is waiting when `main` returns.
     let (writer, _flush) = match log::Batched::start(std::io::stderr()) {
         Ok(w) => w,
