@@ -27,6 +27,8 @@ use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::{Context, Layer};
 
+use crate::store::civil_from_days;
+
 /// Where the lines go: a buffer that one thread of its own writes out in
 /// batches, so a request's worker never waits on the output; its only
 /// system call for its lines is the wake-up of the first line of a batch.
@@ -353,22 +355,6 @@ fn push_timestamp(buf: &mut Vec<u8>, now: SystemTime) {
     buf.push(b'.');
     push_digits(buf, u64::from(d.subsec_micros()), 6);
     buf.push(b'Z');
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01
-/// (Howard Hinnant's `civil_from_days`, exact for every `i64` day the
-/// clock can give).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

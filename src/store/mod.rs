@@ -50,6 +50,7 @@
 mod atomic;
 mod backend;
 mod clock;
+pub(crate) use clock::civil_from_days;
 mod face;
 mod file;
 mod json;
