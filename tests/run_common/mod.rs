@@ -10,9 +10,14 @@ use failover::run::{
     TokioSleeper,
 };
 use failover::store::{
-    AuthProfiles, FileStore, Profile, SessionEntry, SqliteStore, Store, StoreExt,
+    AsyncStore, AuthProfiles, AuthState, FileStore, Problem, Profile, ProfileEdit, RedisStore,
+    SessionEdit, SessionEntry, SessionStore, SharedTables, SqliteStore, Store, StoreError,
+    StoreExt, StoreFuture,
 };
 use failover::Engine;
+
+#[path = "../redis_support/mod.rs"]
+mod redis_support;
 
 /// 2026-01-01T00:00:00Z.
 pub const T0: u64 = 1_767_225_600_000;
@@ -44,6 +49,8 @@ pub struct H {
     pub store: Arc<dyn Store>,
     /// The state directory of a durable backend, removed on drop.
     dir: Option<std::path::PathBuf>,
+    /// The `redis` backend's server, stopped on drop (after the store).
+    _redis: Option<redis_support::RedisServer>,
 }
 
 impl Drop for H {
@@ -55,7 +62,8 @@ impl Drop for H {
 }
 
 /// The state backend the runner tests run on: `FAILOVER_TEST_BACKEND` =
-/// `memory` (the default), `files` or `sqlite`. CI runs them on each, so
+/// `memory` (the default), `files`, `sqlite` or `redis` (a real
+/// `redis-server` per test, through [`RealTime`]). CI runs them on each, so
 /// the executor's decisions are checked unchanged on every backend.
 pub fn backend() -> String {
     std::env::var("FAILOVER_TEST_BACKEND").unwrap_or_else(|_| "memory".into())
@@ -77,7 +85,16 @@ pub fn temp_state() -> std::path::PathBuf {
 pub fn setup(yaml: &str, list: &[(&str, &str)]) -> H {
     let cfg = Arc::new(config(yaml));
     let dir = temp_state();
+    let mut redis = None;
     let (store, runner): (Arc<dyn Store>, Runner) = match backend().as_str() {
+        "redis" => {
+            let server = redis_support::RedisServer::start()
+                .expect("FAILOVER_TEST_BACKEND=redis needs redis-server installed");
+            let s = Arc::new(RealTime::connect(&server.url(), &dir));
+            redis = Some(server);
+            s.update_profiles(|p| *p = profiles(list)).unwrap();
+            (s.clone(), Runner::with_store(engine(), cfg, s).unwrap())
+        }
         "sqlite" => {
             let s = Arc::new(SqliteStore::open(&dir, "main").unwrap());
             s.update_profiles(|p| *p = profiles(list)).unwrap();
@@ -100,6 +117,254 @@ pub fn setup(yaml: &str, list: &[(&str, &str)]) -> H {
         runner: Arc::new(runner),
         store,
         dir: Some(dir),
+        _redis: redis,
+    }
+}
+
+/// A [`RedisStore`] whose I/O runs on a runtime of its own, on real time,
+/// while the test's runtime stays on paused, virtual time.
+///
+/// On a paused clock tokio jumps to the next timer whenever every task
+/// waits, and a task waiting on a socket counts as waiting: awaiting a
+/// Redis reply there fires the client's response timeout at once (and
+/// moves the test's virtual time). So each call here is driven to its end
+/// on the store's runtime, in a scoped thread, and the test's task blocks
+/// until it is: the test's runtime never sees the wait, its virtual clock
+/// moves only where the executor sleeps, and the runner's decisions are
+/// the same as on every other backend. Only the calls' timing differs,
+/// which no executor test observes.
+pub struct RealTime {
+    inner: Option<Arc<RedisStore>>,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl RealTime {
+    fn connect(url: &str, dir: &std::path::Path) -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let handle = rt.handle().clone();
+        let store = std::thread::scope(|s| {
+            s.spawn(|| handle.block_on(RedisStore::connect(url, "test:", dir, "main")))
+                .join()
+                .unwrap()
+        })
+        .expect("connect to the test's redis-server");
+        RealTime {
+            inner: Some(Arc::new(store)),
+            rt: Some(rt),
+        }
+    }
+
+    fn inner(&self) -> &RedisStore {
+        self.inner.as_deref().expect("store is open")
+    }
+
+    /// Drives `f` to its end on the store's runtime, blocking this thread.
+    fn wait<T: Send>(&self, f: impl std::future::Future<Output = T> + Send) -> T {
+        let handle = self.rt.as_ref().expect("runtime is up").handle();
+        std::thread::scope(|s| s.spawn(|| handle.block_on(f)).join().unwrap())
+    }
+
+    fn ready<'a, T: Send + 'a>(r: Result<T, StoreError>) -> StoreFuture<'a, T> {
+        Box::pin(std::future::ready(r))
+    }
+}
+
+impl Drop for RealTime {
+    fn drop(&mut self) {
+        // The connection's tasks live on `rt`: drop the store first, then
+        // stop the runtime without blocking (this may run inside the
+        // test's runtime, where a blocking shutdown is not allowed).
+        drop(self.inner.take());
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl AsyncStore for RealTime {
+    fn agent_id(&self) -> &str {
+        AsyncStore::agent_id(self.inner())
+    }
+
+    fn load_profiles(&self) -> StoreFuture<'_, AuthProfiles> {
+        Self::ready(self.wait(AsyncStore::load_profiles(self.inner())))
+    }
+
+    fn load_state(&self) -> StoreFuture<'_, AuthState> {
+        Self::ready(self.wait(AsyncStore::load_state(self.inner())))
+    }
+
+    fn load_session<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<SessionEntry>> {
+        Self::ready(self.wait(AsyncStore::load_session(self.inner(), key)))
+    }
+
+    fn update_profile<'a>(
+        &'a self,
+        profile_id: &'a str,
+        provider: &'a str,
+        f: ProfileEdit<'a>,
+    ) -> StoreFuture<'a, ()> {
+        Self::ready(self.wait(self.inner().update_profile(profile_id, provider, f)))
+    }
+
+    fn update_session<'a>(&'a self, key: &'a str, f: SessionEdit<'a>) -> StoreFuture<'a, ()> {
+        Self::ready(self.wait(AsyncStore::update_session(self.inner(), key, f)))
+    }
+
+    fn load_run<'a>(&'a self, key: &'a str) -> StoreFuture<'a, (Option<SessionEntry>, AuthState)> {
+        Self::ready(self.wait(self.inner().load_run(key)))
+    }
+
+    fn update_success<'a>(
+        &'a self,
+        profile: Option<(&'a str, &'a str, ProfileEdit<'a>)>,
+        key: &'a str,
+        f: SessionEdit<'a>,
+    ) -> StoreFuture<'a, ()> {
+        Self::ready(self.wait(self.inner().update_success(profile, key, f)))
+    }
+
+    fn update_session_now(
+        &self,
+        key: &str,
+        f: Box<dyn FnMut(&mut SessionEntry) + Send + 'static>,
+    ) -> Result<(), StoreError> {
+        self.inner().update_session_now(key, f)
+    }
+
+    fn take_problems(&self) -> Vec<Problem> {
+        AsyncStore::take_problems(self.inner())
+    }
+
+    fn shared_tables(&self) -> Option<&dyn SharedTables> {
+        // Through this bridge, so the tables' I/O stays off the paused clock.
+        self.inner()
+            .shared_tables()
+            .map(|_| self as &dyn SharedTables)
+    }
+
+    fn health(&self) -> Option<(bool, u64)> {
+        self.inner().health()
+    }
+}
+
+impl SharedTables for RealTime {
+    fn try_probe<'a>(
+        &'a self,
+        provider: &'a str,
+        now: u64,
+        window_ms: u64,
+    ) -> StoreFuture<'a, bool> {
+        Self::ready(self.wait(SharedTables::try_probe(
+            self.inner(),
+            provider,
+            now,
+            window_ms,
+        )))
+    }
+
+    fn take_reprobe<'a>(
+        &'a self,
+        session: &'a str,
+        primary: &'a str,
+        now: u64,
+        interval_ms: u64,
+    ) -> StoreFuture<'a, bool> {
+        Self::ready(self.wait(SharedTables::take_reprobe(
+            self.inner(),
+            session,
+            primary,
+            now,
+            interval_ms,
+        )))
+    }
+
+    fn note_reprobe<'a>(
+        &'a self,
+        session: &'a str,
+        primary: &'a str,
+        now: u64,
+    ) -> StoreFuture<'a, ()> {
+        Self::ready(self.wait(SharedTables::note_reprobe(
+            self.inner(),
+            session,
+            primary,
+            now,
+        )))
+    }
+
+    fn skip_get<'a>(
+        &'a self,
+        session: &'a str,
+        provider: &'a str,
+        model: &'a str,
+        now: u64,
+    ) -> StoreFuture<'a, Option<String>> {
+        Self::ready(self.wait(SharedTables::skip_get(
+            self.inner(),
+            session,
+            provider,
+            model,
+            now,
+        )))
+    }
+
+    fn skip_put<'a>(
+        &'a self,
+        session: &'a str,
+        provider: &'a str,
+        model: &'a str,
+        reason: &'a str,
+        until: u64,
+    ) -> StoreFuture<'a, ()> {
+        Self::ready(self.wait(SharedTables::skip_put(
+            self.inner(),
+            session,
+            provider,
+            model,
+            reason,
+            until,
+        )))
+    }
+
+    fn forget_session<'a>(&'a self, session: &'a str) -> StoreFuture<'a, ()> {
+        Self::ready(self.wait(SharedTables::forget_session(self.inner(), session)))
+    }
+}
+
+/// The whole-document calls (`status`, the tests' reads) use the store's
+/// own blocking connection, which needs no runtime.
+impl Store for RealTime {
+    fn agent_id(&self) -> &str {
+        Store::agent_id(self.inner())
+    }
+    fn load_profiles(&self) -> Result<AuthProfiles, StoreError> {
+        Store::load_profiles(self.inner())
+    }
+    fn load_state(&self) -> Result<AuthState, StoreError> {
+        Store::load_state(self.inner())
+    }
+    fn load_sessions(&self) -> Result<SessionStore, StoreError> {
+        self.inner().load_sessions()
+    }
+    fn update_profiles_dyn(&self, f: &mut dyn FnMut(&mut AuthProfiles)) -> Result<(), StoreError> {
+        self.inner().update_profiles_dyn(f)
+    }
+    fn update_state_dyn(&self, f: &mut dyn FnMut(&mut AuthState)) -> Result<(), StoreError> {
+        self.inner().update_state_dyn(f)
+    }
+    fn update_sessions_dyn(&self, f: &mut dyn FnMut(&mut SessionStore)) -> Result<(), StoreError> {
+        self.inner().update_sessions_dyn(f)
+    }
+    fn take_problems(&self) -> Vec<Problem> {
+        Store::take_problems(self.inner())
+    }
+    fn load_session(&self, key: &str) -> Result<Option<SessionEntry>, StoreError> {
+        Store::load_session(self.inner(), key)
     }
 }
 
