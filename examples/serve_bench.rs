@@ -1,6 +1,7 @@
 //! Load tool for `failover serve` (benches/README.md, "Gateway").
 //!
-//! `cargo build --release && cargo run --release --example serve_bench [SECONDS]`
+//! `cargo build --release && cargo run --release --example serve_bench [SECONDS] [WORKERS]`
+//! (`WORKERS` is passed to `serve --workers`; default: one per core)
 //!
 //! Starts an instant upstream on 127.0.0.1 (fixed answers, no parsing),
 //! runs the release `failover serve` binary as its own process in front of
@@ -134,6 +135,8 @@ async fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
+    // `serve --workers` (the default: one per core).
+    let workers: Option<String> = std::env::args().nth(2);
     let app = axum::Router::new()
         .route(
             "/ok/v1/chat/completions",
@@ -177,12 +180,9 @@ async fn main() {
         .unwrap()
         .join("failover");
     let mut child = std::process::Command::new(bin)
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{gw_port}"),
-            "--config",
-        ])
+        .arg("serve")
+        .args(workers.iter().flat_map(|w| ["--workers", w.as_str()]))
+        .args(["--listen", &format!("127.0.0.1:{gw_port}"), "--config"])
         .arg(dir.join("gateway.yaml"))
         .arg("--state")
         .arg(dir.join("state"))

@@ -306,6 +306,7 @@ async fn r5_api_key_literal_refused_env_reference_used() {
         },
         listen: "127.0.0.1:0".into(),
         watch: false,
+        workers: 0,
     };
     let err = match failover::serve::start(opts("g.yaml")).await {
         Err(e) => e,

@@ -80,6 +80,7 @@ async fn gateway(name: &str, prim: &Mock, back: &Mock) -> failover::serve::Runni
         },
         listen: "127.0.0.1:0".into(),
         watch: false,
+        workers: 0,
     })
     .await
     .unwrap()

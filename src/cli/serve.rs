@@ -24,6 +24,11 @@ pub struct ServeArgs {
     /// Reload when the config or a rules file changes (SIGHUP always reloads).
     #[arg(long)]
     pub watch: bool,
+    /// Worker threads, each serving its share of the connections on a
+    /// runtime of its own [default: one per core]. `0` serves on one
+    /// runtime shared by all cores (tokio's work-stealing scheduler).
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
     #[command(flatten)]
     pub rules: RulesArgs,
 }
@@ -52,5 +57,6 @@ pub fn run(args: &ServeArgs) -> CmdResult {
         },
         listen: args.listen.clone(),
         watch: args.watch,
+        workers: args.workers.unwrap_or_else(crate::serve::default_workers),
     }))
 }

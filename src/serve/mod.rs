@@ -96,6 +96,24 @@ pub struct Options {
     pub listen: String,
     /// Reload when the config or a rules file changes.
     pub watch: bool,
+    /// Worker threads, each a runtime of its own serving its share of the
+    /// connections (see [`start`]); `0` serves on the caller's runtime.
+    pub workers: usize,
+}
+
+thread_local! {
+    /// The lane of this thread: the worker it belongs to (0 outside them).
+    static LANE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The lane (worker) of the calling thread: which upstream pool it uses.
+fn lane() -> usize {
+    LANE.with(|l| l.get())
+}
+
+/// The default `--workers`: one per core.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// The gateway: the active set and what outlives a reload.
@@ -108,6 +126,8 @@ pub struct Gateway {
     max_concurrent: usize,
     shutting_down: AtomicBool,
     anonymous: AtomicU64,
+    /// Upstream pools per set: one per worker.
+    lanes: usize,
 }
 
 impl Gateway {
@@ -118,8 +138,12 @@ impl Gateway {
 
     /// [`Gateway::new`] with backends already opened ([`Stores::preopen`]).
     pub fn with_stores(sources: Sources, stores: Stores) -> Result<Arc<Gateway>, String> {
+        Self::with_lanes(sources, stores, 1)
+    }
+
+    fn with_lanes(sources: Sources, stores: Stores, lanes: usize) -> Result<Arc<Gateway>, String> {
         let metrics = Arc::new(Metrics::new());
-        let set = reload::build(&sources, &stores, &metrics)?;
+        let set = reload::build(&sources, &stores, &metrics, lanes)?;
         let max = set.settings.max_concurrent;
         Ok(Arc::new(Gateway {
             sources,
@@ -130,6 +154,7 @@ impl Gateway {
             max_concurrent: max,
             shutting_down: AtomicBool::new(false),
             anonymous: AtomicU64::new(0),
+            lanes,
         }))
     }
 
@@ -155,7 +180,7 @@ impl Gateway {
     /// and the old one keeps serving. Returns the active hash.
     pub fn reload(&self) -> Result<String, String> {
         let built =
-            state::off_runtime(|| reload::build(&self.sources, &self.stores, &self.metrics));
+            state::off_runtime(|| reload::build(&self.sources, &self.stores, &self.metrics, self.lanes));
         match built {
             Ok(set) => {
                 let hash = set.hash.clone();
@@ -797,7 +822,9 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The gateway, shared with the server task.
     pub gateway: Arc<Gateway>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// To the server(s): [`DRAIN`] stops accepting and lets in-flight
+    /// requests finish, [`DROP`] closes what is left.
+    stop: tokio::sync::watch::Sender<u8>,
     server: tokio::task::JoinHandle<()>,
     watcher: Option<tokio::task::JoinHandle<()>>,
 }
@@ -809,22 +836,37 @@ pub async fn start(opts: Options) -> Result<Running, String> {
     let first_look = state::off_runtime(|| reload::fingerprint(&opts.sources));
     let stores = Stores::default();
     stores.preopen(&opts.sources).await?;
-    let gateway = state::off_runtime(|| Gateway::with_stores(opts.sources.clone(), stores))?;
+    let lanes = opts.workers.max(1);
+    let gateway =
+        state::off_runtime(|| Gateway::with_lanes(opts.sources.clone(), stores, lanes))?;
     let listener = tokio::net::TcpListener::bind(&opts.listen)
         .await
         .map_err(|e| format!("error: cannot listen on `{}`: {e}", opts.listen))?;
     let addr = listener
         .local_addr()
         .map_err(|e| format!("error: cannot listen on `{}`: {e}", opts.listen))?;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let (stop, stopped) = tokio::sync::watch::channel(0u8);
     let app = gateway.router();
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = rx.await;
-            })
-            .await;
-    });
+    let server = if opts.workers == 0 {
+        tokio::spawn(serve_until(listener, app, stopped))
+    } else {
+        let shared = listener
+            .into_std()
+            .map_err(|e| format!("error: cannot listen on `{}`: {e}", opts.listen))?;
+        let mut done = Vec::with_capacity(opts.workers);
+        for lane in 0..opts.workers {
+            let worker = shared
+                .try_clone()
+                .and_then(|l| spawn_worker(lane, l, app.clone(), stopped.clone()))
+                .map_err(|e| format!("error: cannot start worker {lane}: {e}"))?;
+            done.push(worker);
+        }
+        tokio::spawn(async move {
+            for d in done {
+                let _ = d.await;
+            }
+        })
+    };
     let watcher = opts.watch.then(|| {
         let gw = gateway.clone();
         tokio::spawn(async move {
@@ -847,10 +889,134 @@ pub async fn start(opts: Options) -> Result<Running, String> {
     Ok(Running {
         addr,
         gateway,
-        stop: Some(tx),
+        stop,
         server,
         watcher,
     })
+}
+
+/// [`Running::stop`]'s values.
+const DRAIN: u8 = 1;
+const DROP: u8 = 2;
+
+/// A client that has not sent a whole request head after this long is
+/// disconnected (hyper's header timeout; the body has [`BODY_READ_TIMEOUT`]).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves `listener` until told to [`DRAIN`] (then until its connections
+/// are done) or to [`DROP`], which closes every connection left.
+///
+/// The accept loop is the gateway's own rather than `axum::serve`'s:
+/// that one spawns each connection as a detached task, so a grace period
+/// that ran out could not close them (the request went on being served).
+/// Here every connection is a task of one `JoinSet`, dropped with it.
+async fn serve_until(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    stop: tokio::sync::watch::Receiver<u8>,
+) {
+    let mut conns = tokio::task::JoinSet::new();
+    let mut drain = stop.clone();
+    loop {
+        tokio::select! {
+            biased;
+            _ = reached(&mut drain, DRAIN) => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((socket, _)) => {
+                    conns.spawn(serve_connection(socket, app.clone(), stop.clone()));
+                }
+                // Out of file descriptors and the like: the connections
+                // being served go on; accept again shortly.
+                Err(e) => {
+                    tracing::warn!(target: "failover::serve", error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    let mut dropped = stop;
+    tokio::select! {
+        _ = async { while conns.join_next().await.is_some() {} } => {}
+        _ = reached(&mut dropped, DROP) => {}
+    }
+}
+
+/// Waits until the stop signal is at `level` (or its sender is gone).
+async fn reached(stop: &mut tokio::sync::watch::Receiver<u8>, level: u8) {
+    let _ = stop.wait_for(|s| *s >= level).await;
+}
+
+/// One client connection (HTTP/1.1, keep-alive): requests go to the
+/// router; on [`DRAIN`] the connection finishes the request it is on and
+/// closes.
+async fn serve_connection(
+    socket: tokio::net::TcpStream,
+    app: Router,
+    mut stop: tokio::sync::watch::Receiver<u8>,
+) {
+    // Answers and stream events are written as they are ready.
+    let _ = socket.set_nodelay(true);
+    let service = hyper::service::service_fn(move |req: axum::http::Request<hyper::body::Incoming>| {
+        let mut app = app.clone();
+        // A `Router` is always ready: no `poll_ready` needed.
+        tower_service::Service::call(&mut app, req.map(Body::new))
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(hyper_util::rt::TokioIo::new(socket), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = reached(&mut stop, DRAIN) => conn.as_mut().graceful_shutdown(),
+    }
+    let _ = conn.await;
+}
+
+/// One worker: a thread whose runtime accepts from its own handle of the
+/// shared listening socket and runs every task of the connections it
+/// accepted — the request, its store calls, its upstream pool's
+/// connections ([`lane`]) — so a request's steps never wake another
+/// thread. (One runtime over all cores hands tasks between its workers:
+/// per request it woke the other worker, 2 more context switches on a
+/// single keep-alive connection, measured with `strace`.) The runtime is
+/// tokio's multi-thread kind with one worker, so that `block_in_place`
+/// still keeps a blocking store call off the worker's other tasks.
+/// The kernel gives each new connection to one worker's `accept`: an idle
+/// worker takes it first.
+fn spawn_worker(
+    lane: usize,
+    listener: std::net::TcpListener,
+    app: Router,
+    stop: tokio::sync::watch::Receiver<u8>,
+) -> std::io::Result<tokio::sync::oneshot::Receiver<()>> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name(format!("failover-worker-{lane}"))
+        .on_thread_start(move || LANE.with(|l| l.set(lane)))
+        .enable_all()
+        .build()?;
+    let (done, finished) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(format!("failover-lane-{lane}"))
+        .spawn(move || {
+            LANE.with(|l| l.set(lane));
+            let task = rt.spawn(async move {
+                match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => serve_until(l, app, stop).await,
+                    Err(e) => {
+                        tracing::error!(target: "failover::serve", worker = lane, error = %e, "worker cannot listen")
+                    }
+                }
+            });
+            let _ = rt.block_on(task);
+            // Whatever is left (a blocking store call) gets a moment.
+            rt.shutdown_timeout(Duration::from_millis(100));
+            let _ = done.send(());
+        })?;
+    Ok(finished)
 }
 
 /// How often `--watch` looks at the files.
@@ -865,14 +1031,13 @@ impl Running {
         if let Some(w) = self.watcher.take() {
             w.abort();
         }
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
+        let _ = self.stop.send(DRAIN);
         let grace = self.gateway.active().settings.shutdown_grace;
-        let abort = self.server.abort_handle();
         if tokio::time::timeout(grace, &mut self.server).await.is_err() {
             tracing::warn!(target: "failover::serve", grace_ms = grace.as_millis() as u64, "shutdown grace period over; closing the remaining connections");
-            abort.abort();
+            let _ = self.stop.send(DROP);
+            let _ = tokio::time::timeout(Duration::from_secs(1), &mut self.server).await;
+            self.server.abort();
         }
         tracing::info!(target: "failover::serve", "stopped");
     }
@@ -905,7 +1070,16 @@ pub fn main(opts: Options) -> i32 {
         m.is_event() && *m.level() <= tracing::Level::INFO
     }));
     let _ = tracing_subscriber::registry().with(lines).try_init();
+    // With workers (the default) this runtime only starts the gateway,
+    // handles signals and reloads, and holds a shared backend's connection:
+    // one thread is enough. With `--workers 0` it serves too, on every core.
+    let threads = if opts.workers == 0 {
+        default_workers()
+    } else {
+        1
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
         .enable_all()
         .build()
     {

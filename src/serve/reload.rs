@@ -129,7 +129,11 @@ pub struct ActiveSet {
     pub engine: Arc<Engine>,
     /// By agent id; [`DEFAULT_AGENT`] serves requests that name no agent.
     pub runners: HashMap<String, Arc<Runner>>,
-    clients: HashMap<String, super::upstream::Client>,
+    /// One map of pooled upstream clients per lane (`super::lane`): a
+    /// connection's task lives on the worker that opened it, so each
+    /// worker calls upstreams through its own pool and a request never
+    /// hops threads to reach its connection.
+    clients: Vec<HashMap<String, super::upstream::Client>>,
     /// `GET /v1/models`: agent ids, then every `provider/model` the config
     /// names, in order, without repeats.
     pub models: Vec<String>,
@@ -138,8 +142,10 @@ pub struct ActiveSet {
 }
 
 impl ActiveSet {
+    /// The pooled client of `provider`'s upstream, for this thread's lane.
     pub fn client(&self, provider: &str) -> Option<&super::upstream::Client> {
-        self.clients.get(&provider.to_ascii_lowercase())
+        let lane = super::lane() % self.clients.len().max(1);
+        self.clients.get(lane)?.get(&provider.to_ascii_lowercase())
     }
 
     /// A model as a metric label: named by the config, or `other`.
@@ -158,6 +164,7 @@ pub fn build(
     sources: &Sources,
     stores: &Stores,
     metrics: &Arc<Metrics>,
+    lanes: usize,
 ) -> Result<ActiveSet, String> {
     let loaded = GatewayConfig::load(&sources.config).map_err(|e| e.to_string())?;
     for w in &loaded.warnings {
@@ -216,10 +223,13 @@ pub fn build(
             .with_skip_ttl_from_env();
         runners.insert(agent, Arc::new(runner));
     }
-    let clients = ups
-        .providers
-        .values()
-        .map(|u| (u.id.clone(), client_for(u)))
+    let clients = (0..lanes.max(1))
+        .map(|_| {
+            ups.providers
+                .values()
+                .map(|u| (u.id.clone(), client_for(u)))
+                .collect()
+        })
         .collect();
 
     let mut models: Vec<String> = config.agents.list.iter().map(|a| a.id.clone()).collect();

@@ -347,6 +347,9 @@ pub struct Setup {
     pub first_byte_ms: u64,
     pub watch: bool,
     pub rules: Vec<PathBuf>,
+    /// `Options::workers`: 2 (the CLI's mode on two cores, each worker a
+    /// runtime of its own) unless a test serves on its own runtime (0).
+    pub workers: usize,
 }
 
 impl Default for Setup {
@@ -358,6 +361,7 @@ impl Default for Setup {
             first_byte_ms: 2000,
             watch: false,
             rules: Vec::new(),
+            workers: 2,
         }
     }
 }
@@ -432,6 +436,7 @@ impl Gw {
             },
             listen: "127.0.0.1:0".into(),
             watch: s.watch,
+            workers: s.workers,
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));
