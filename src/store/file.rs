@@ -93,6 +93,56 @@ pub struct FileStore {
     problems: Mutex<Vec<Problem>>,
     reported: Mutex<Vec<Problem>>,
     fault: Option<FaultPlan>,
+    /// `auth-profiles.json` as last parsed, with the file's stamp then. A
+    /// run reads the secrets at its start; parsing an unchanged file again
+    /// cost ~11k instructions and four system calls per gateway request,
+    /// where checking the stamp is one `statx`.
+    profiles_seen: Mutex<Option<(Stamp, AuthProfiles)>>,
+    /// Times `auth-profiles.json` was parsed (what the cache saves).
+    #[cfg(test)]
+    profile_parses: std::sync::atomic::AtomicUsize,
+}
+
+/// What tells a file's versions apart without reading it: size,
+/// modification and change times, inode (a rename-into-place, as every
+/// writer here does, is a new inode).
+#[derive(Clone, PartialEq, Eq, Debug)]
+struct Stamp {
+    len: u64,
+    modified: std::time::SystemTime,
+    #[cfg(unix)]
+    ino: u64,
+    #[cfg(unix)]
+    ctime: (i64, i64),
+}
+
+/// A file younger than this is never served from the cache: file times
+/// tick coarsely (a few ms on Linux), so two same-size writes within one
+/// tick would have one stamp. The racy-file rule git applies to its index.
+const STAMP_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Stamp {
+    fn of(path: &Path) -> Option<Stamp> {
+        let m = std::fs::metadata(path).ok()?;
+        Some(Stamp {
+            len: m.len(),
+            modified: m.modified().ok()?,
+            #[cfg(unix)]
+            ino: std::os::unix::fs::MetadataExt::ino(&m),
+            #[cfg(unix)]
+            ctime: (
+                std::os::unix::fs::MetadataExt::ctime(&m),
+                std::os::unix::fs::MetadataExt::ctime_nsec(&m),
+            ),
+        })
+    }
+
+    /// Old enough that a later write cannot share its stamp.
+    fn settled(&self) -> bool {
+        std::time::SystemTime::now()
+            .duration_since(self.modified)
+            .is_ok_and(|age| age >= STAMP_SETTLE)
+    }
 }
 
 impl std::fmt::Debug for FileStore {
@@ -200,6 +250,9 @@ impl FileStore {
             clock: Arc::new(SystemClock),
             problems: Mutex::new(Vec::new()),
             reported: Mutex::new(Vec::new()),
+            profiles_seen: Mutex::new(None),
+            #[cfg(test)]
+            profile_parses: Default::default(),
             fault: None,
         })
     }
@@ -416,10 +469,26 @@ impl Store for FileStore {
     }
 
     fn load_profiles(&self) -> Result<AuthProfiles, StoreError> {
-        match self.read_doc(&self.paths.profiles)? {
-            Some(p) => Ok(p),
-            None => self.initial_profiles(),
+        let path = &self.paths.profiles;
+        // Missing (as far as one look can tell): the legacy places.
+        let Some(before) = Stamp::of(path) else {
+            return self.initial_profiles();
+        };
+        let seen = || self.profiles_seen.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((s, p)) = &*seen() {
+            if *s == before && s.settled() {
+                return Ok(p.clone());
+            }
         }
+        #[cfg(test)]
+        self.profile_parses
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(profiles) = self.read_doc::<AuthProfiles>(path)? else {
+            return self.initial_profiles();
+        };
+        // Kept only when the file did not change while it was read.
+        *seen() = (Stamp::of(path).as_ref() == Some(&before)).then(|| (before, profiles.clone()));
+        Ok(profiles)
     }
 
     fn load_state(&self) -> Result<AuthState, StoreError> {
@@ -435,6 +504,7 @@ impl Store for FileStore {
 
     fn update_profiles_dyn(&self, f: &mut dyn FnMut(&mut AuthProfiles)) -> Result<(), StoreError> {
         let path = self.paths.profiles.clone();
+        *self.profiles_seen.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.update_doc(&path, Self::initial_profiles, f)
     }
 
@@ -501,6 +571,86 @@ mod tests {
                 0o600
             );
         }
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    fn key_of(store: &FileStore) -> String {
+        match &store.load_profiles().unwrap().profiles["openai:default"].credential {
+            crate::store::Credential::ApiKey { key, .. } => {
+                key.as_ref().unwrap().expose().to_string()
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn age(path: &Path, secs: u64) {
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(secs);
+        fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+
+    // R5.1: an unchanged secrets file is parsed once; every kind of change
+    // is seen on the next read: an edit in place of the same size and the
+    // same modification time (its change time moves), a file renamed into
+    // place, a file younger than the settle time, a removal.
+    #[test]
+    fn r5_1_profiles_are_reparsed_only_when_the_file_changes() {
+        let root = tmp("seen");
+        let path = root.join("agents/main/agent/auth-profiles.json");
+        let doc = |k: &str| {
+            format!(r#"{{"profiles": {{"openai:default": {{"type": "api_key", "provider": "openai", "key": "{k}"}}}}}}"#)
+        };
+        write(&path, &doc("sk-aaaa"));
+        age(&path, 60);
+        let store = FileStore::open(&root, "main").unwrap();
+        let parses = || store.profile_parses.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(key_of(&store), "sk-aaaa");
+        assert_eq!(key_of(&store), "sk-aaaa");
+        assert_eq!(key_of(&store), "sk-aaaa");
+        assert_eq!(parses(), 1, "an unchanged file is parsed once");
+
+        // In place, same size, modification time put back.
+        let mtime = fs::metadata(&path).unwrap().modified().unwrap();
+        // File times tick every few ms: past one tick, the change time of
+        // the edit below differs from the first write's.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        fs::write(&path, doc("sk-bbbb")).unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        assert_eq!(key_of(&store), "sk-bbbb");
+        assert_eq!(parses(), 2);
+
+        // Renamed into place (a new inode), and fresh: read every time
+        // until it has settled.
+        let next = root.join("next.json");
+        write(&next, &doc("sk-cccc"));
+        fs::rename(&next, &path).unwrap();
+        assert_eq!(key_of(&store), "sk-cccc");
+        assert_eq!(key_of(&store), "sk-cccc");
+        assert_eq!(parses(), 4, "a file younger than the settle time is read each time");
+        age(&path, 60);
+        assert_eq!(key_of(&store), "sk-cccc");
+        assert_eq!(key_of(&store), "sk-cccc");
+        assert_eq!(parses(), 5);
+
+        // The store's own write, then a removal.
+        store
+            .update_profiles(|p| {
+                p.profiles
+                    .insert("openai:default".into(), Profile::api_key("openai", "sk-dddd"))
+            })
+            .unwrap();
+        assert_eq!(key_of(&store), "sk-dddd");
+        fs::remove_file(&path).unwrap();
+        assert!(store.load_profiles().unwrap().profiles.is_empty());
         fs::remove_dir_all(root).unwrap();
     }
 
