@@ -55,30 +55,48 @@ async fn every_connection_is_served_on_every_worker_count() {
     }
 }
 
+/// Starts a request the upstream answers after `slow`, shuts the gateway
+/// down once the upstream has it, and returns the client's result and how
+/// long shutdown took.
+async fn shutdown_during(
+    name: &str,
+    workers: usize,
+    grace_ms: u64,
+    slow: Duration,
+) -> (reqwest::Result<reqwest::Response>, Duration) {
+    let mut gw = gateway(name, workers, grace_ms).await;
+    gw.prim
+        .push(Reply::Slow(slow, Box::new(ok_openai("finished"))));
+    let pending = gw
+        .http
+        .post(gw.url("/v1/chat/completions"))
+        .json(&chat("prim/model-a"))
+        .send();
+    let running = gw.running.take().unwrap();
+    let prim = &gw.prim;
+    let stop = async {
+        eventually("the slow call to start", || prim.hits() == 1).await;
+        let t = Instant::now();
+        running.shutdown().await;
+        t.elapsed()
+    };
+    let out = tokio::join!(pending, stop);
+    gw.stop().await;
+    out
+}
+
 /// A request in flight when shutdown starts finishes (well inside the
 /// grace period), and shutdown then returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_lets_the_request_in_flight_finish() {
     for workers in [0, 2] {
-        let mut gw = gateway(&format!("drain-{workers}"), workers, 10_000).await;
-        gw.prim.push(Reply::Slow(
+        let (r, took) = shutdown_during(
+            &format!("drain-{workers}"),
+            workers,
+            10_000,
             Duration::from_millis(400),
-            Box::new(ok_openai("finished")),
-        ));
-        let pending = gw
-            .http
-            .post(gw.url("/v1/chat/completions"))
-            .json(&chat("prim/model-a"))
-            .send();
-        let running = gw.running.take().unwrap();
-        let prim = &gw.prim;
-        let stop = async {
-            eventually("the slow call to start", || prim.hits() == 1).await;
-            let t = Instant::now();
-            running.shutdown().await;
-            t.elapsed()
-        };
-        let (r, took) = tokio::join!(pending, stop);
+        )
+        .await;
         let r = r.unwrap();
         assert_eq!(r.status(), 200, "workers {workers}");
         assert!(r.text().await.unwrap().contains("finished"));
@@ -86,7 +104,6 @@ async fn shutdown_lets_the_request_in_flight_finish() {
             took < Duration::from_secs(5),
             "workers {workers}: shutdown took {took:?}"
         );
-        gw.stop().await;
     }
 }
 
@@ -95,25 +112,13 @@ async fn shutdown_lets_the_request_in_flight_finish() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_closes_what_is_left_after_the_grace_period() {
     for workers in [0, 2] {
-        let mut gw = gateway(&format!("grace-{workers}"), workers, 200).await;
-        gw.prim.push(Reply::Slow(
+        let (r, took) = shutdown_during(
+            &format!("grace-{workers}"),
+            workers,
+            200,
             Duration::from_secs(8),
-            Box::new(ok_openai("too late")),
-        ));
-        let pending = gw
-            .http
-            .post(gw.url("/v1/chat/completions"))
-            .json(&chat("prim/model-a"))
-            .send();
-        let running = gw.running.take().unwrap();
-        let prim = &gw.prim;
-        let stop = async {
-            eventually("the slow call to start", || prim.hits() == 1).await;
-            let t = Instant::now();
-            running.shutdown().await;
-            t.elapsed()
-        };
-        let (r, took) = tokio::join!(pending, stop);
+        )
+        .await;
         assert!(
             r.is_err(),
             "workers {workers}: the request was answered after the grace period"
@@ -122,6 +127,5 @@ async fn shutdown_closes_what_is_left_after_the_grace_period() {
             took < Duration::from_secs(3),
             "workers {workers}: shutdown took {took:?} with a 200 ms grace period"
         );
-        gw.stop().await;
     }
 }

@@ -816,7 +816,8 @@ fn run_error(set: &ActiveSet, runner: &Runner, e: RunError) -> GatewayError {
     }
 }
 
-/// A running gateway (for `serve` and for tests).
+/// A running gateway (for `serve` and for tests). [`Running::shutdown`]
+/// stops it gracefully; dropping it instead closes every connection at once.
 pub struct Running {
     /// The address the gateway listens on (the real port when `:0` was asked).
     pub addr: SocketAddr,
