@@ -981,8 +981,9 @@ async fn serve_connection(
 /// accepted — the request, its store calls, its upstream pool's
 /// connections ([`lane`]) — so a request's steps never wake another
 /// thread. (One runtime over all cores hands tasks between its workers:
-/// per request it woke the other worker, 2 more context switches on a
-/// single keep-alive connection, measured with `strace`.) The runtime is
+/// on one keep-alive connection it woke the other worker for every
+/// request, 8.6–9.2 context switches per request against 5.3–5.6 here,
+/// `perf stat`; benches/README.md "Gateway".) The runtime is
 /// tokio's multi-thread kind with one worker, so that `block_in_place`
 /// still keeps a blocking store call off the worker's other tasks.
 /// The kernel gives each new connection to one worker's `accept`: an idle

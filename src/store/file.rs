@@ -583,14 +583,17 @@ mod tests {
         }
     }
 
-    fn age(path: &Path, secs: u64) {
-        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(secs);
+    fn set_mtime(path: &Path, t: std::time::SystemTime) {
         fs::File::options()
             .write(true)
             .open(path)
             .unwrap()
-            .set_modified(old)
+            .set_modified(t)
             .unwrap();
+    }
+
+    fn age(path: &Path, secs: u64) {
+        set_mtime(path, std::time::SystemTime::now() - std::time::Duration::from_secs(secs));
     }
 
     // R5.1: an unchanged secrets file is parsed once; every kind of change
@@ -619,12 +622,7 @@ mod tests {
         // the edit below differs from the first write's.
         std::thread::sleep(std::time::Duration::from_millis(20));
         fs::write(&path, doc("sk-bbbb")).unwrap();
-        fs::File::options()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_modified(mtime)
-            .unwrap();
+        set_mtime(&path, mtime);
         assert_eq!(key_of(&store), "sk-bbbb");
         assert_eq!(parses(), 2);
 

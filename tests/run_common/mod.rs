@@ -134,8 +134,18 @@ pub fn setup(yaml: &str, list: &[(&str, &str)]) -> H {
 /// the same as on every other backend. Only the calls' timing differs,
 /// which no executor test observes.
 pub struct RealTime {
-    inner: Option<Arc<RedisStore>>,
+    inner: Option<RedisStore>,
     rt: Option<tokio::runtime::Runtime>,
+}
+
+/// Drives `f` to its end on `rt`, blocking the calling thread (which may
+/// be inside another runtime: the scoped thread is not).
+fn drive<T: Send>(
+    rt: &tokio::runtime::Runtime,
+    f: impl std::future::Future<Output = T> + Send,
+) -> T {
+    let handle = rt.handle();
+    std::thread::scope(|s| s.spawn(|| handle.block_on(f)).join().unwrap())
 }
 
 impl RealTime {
@@ -145,27 +155,21 @@ impl RealTime {
             .enable_all()
             .build()
             .unwrap();
-        let handle = rt.handle().clone();
-        let store = std::thread::scope(|s| {
-            s.spawn(|| handle.block_on(RedisStore::connect(url, "test:", dir, "main")))
-                .join()
-                .unwrap()
-        })
-        .expect("connect to the test's redis-server");
+        let store = drive(&rt, RedisStore::connect(url, "test:", dir, "main"))
+            .expect("connect to the test's redis-server");
         RealTime {
-            inner: Some(Arc::new(store)),
+            inner: Some(store),
             rt: Some(rt),
         }
     }
 
     fn inner(&self) -> &RedisStore {
-        self.inner.as_deref().expect("store is open")
+        self.inner.as_ref().expect("store is open")
     }
 
     /// Drives `f` to its end on the store's runtime, blocking this thread.
     fn wait<T: Send>(&self, f: impl std::future::Future<Output = T> + Send) -> T {
-        let handle = self.rt.as_ref().expect("runtime is up").handle();
-        std::thread::scope(|s| s.spawn(|| handle.block_on(f)).join().unwrap())
+        drive(self.rt.as_ref().expect("runtime is up"), f)
     }
 
     fn ready<'a, T: Send + 'a>(r: Result<T, StoreError>) -> StoreFuture<'a, T> {
