@@ -956,6 +956,38 @@ mod tests {
         }
     }
 
+    /// A literal branch that is one common word (`model`) is no atom, so
+    /// the scan does not report it in every message: the branch check
+    /// searches for it, with its boundaries, only when its rule is
+    /// verified. Verdicts agree with running the regex.
+    #[test]
+    fn common_word_branches_are_searched_not_scanned() {
+        let e = engine(
+            r#"
+            reason r { failover }
+            rule gone when message has any ["revoked", "leaked"]
+               and not message matches /\bquota\b|\bmodel\b|\btemporar/ => r
+            "#,
+        );
+        let texts = e.plan().atom_texts();
+        assert!(!texts.iter().any(|a| a == "model"), "{texts:?}");
+        assert!(texts.iter().any(|a| a == "quota"), "{texts:?}");
+        let cases = [
+            ("key revoked", Some("gone")),
+            ("key revoked for this model", None),
+            ("Model key revoked", None),
+            ("key revoked (models list)", Some("gone")),
+            ("key revoked: remodel", Some("gone")),
+            ("key revoked, quota", None),
+            ("key leaked, temporarily", None),
+        ];
+        for (msg, want) in cases {
+            let err = ProviderError::message(msg);
+            assert_eq!(e.classify(&err).rule, want, "{msg}");
+            assert_eq!(e.classify_exhaustive(&err).rule, want, "{msg} (exhaustive)");
+        }
+    }
+
     /// Literal branches are decided by their atoms and the bytes around
     /// each occurrence; the rest runs only when its atoms occur. Every
     /// case agrees with running the regex.

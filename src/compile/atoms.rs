@@ -154,6 +154,16 @@ const COMMON_WORDS: &[&str] = &[
     "your",
 ];
 
+/// Whether a literal is one common word (`model`, `limit`, `key`): such a
+/// text occurs in most error messages, so as an atom that routes no rule
+/// it would cost nearly every scan a report, while the test that needs it
+/// runs only for its rule's candidates.
+pub(crate) fn is_common(lit: &[u8]) -> bool {
+    std::str::from_utf8(lit).is_ok_and(|text| {
+        COMMON_WORDS.contains(&text.trim_matches(|c: char| !c.is_alphanumeric()))
+    })
+}
+
 /// How selective one atom is: the length of its text without surrounding
 /// spaces and punctuation, or 1 for a common word.
 fn selectivity(atom: &[u8]) -> usize {

@@ -417,6 +417,9 @@ pub(crate) struct BranchCheck {
     pub(crate) literals: Vec<(u32, memmem::Finder<'static>, bool, bool)>,
     /// Every literal's atom, to skip the list in one test.
     pub(crate) any: AtomSet,
+    /// Literals that are no atom (common words, see
+    /// [`super::atoms::is_common`]): searched for in the message.
+    pub(crate) searched: Vec<(memmem::Finder<'static>, bool, bool)>,
     pub(crate) rest: Rest,
 }
 
@@ -453,6 +456,13 @@ impl BranchCheck {
                     }
                 }
             }
+        }
+        if self
+            .searched
+            .iter()
+            .any(|(finder, before, after)| occurs_bounded(lower, finder, *before, *after))
+        {
+            return Some(true);
         }
         match &self.rest {
             Rest::Nothing => Some(false),

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
-use super::atoms::{route_keys, usable_atom, Key, MIN_ATOM_LEN};
+use super::atoms::{is_common, route_keys, usable_atom, Key, MIN_ATOM_LEN};
 use memchr::memmem::Finder;
 
 use super::ir::{AtomSet, BranchCheck, Expr, Rest, Rule, TextField, TextTest};
@@ -115,14 +115,19 @@ impl Plan {
                         .map(|e| AtomSet::new(e.iter().map(|a| atoms.id(a))));
                     // The strings of literal branches become atoms too: a
                     // hit then says the string occurs, and only its
-                    // boundaries are left to look at.
+                    // boundaries are left to look at. Common words are
+                    // left out: a branch check searches for them itself,
+                    // and only when its rule is verified.
                     if let (None, true, Some(b)) =
                         (&re.exact_ids, re.on_lowercase, &re.facts.branches)
                     {
                         if b.literals.iter().all(|(t, ..)| t.len() >= MIN_ATOM_LEN) {
-                            b.literals.iter().for_each(|(t, ..)| {
-                                atoms.id(t);
-                            });
+                            b.literals
+                                .iter()
+                                .filter(|(t, ..)| !is_common(t))
+                                .for_each(|(t, ..)| {
+                                    atoms.id(t);
+                                });
                         }
                     }
                 }
@@ -308,21 +313,24 @@ fn contained_atom(atoms: &Patterns, scanner: &Scanner, lit: &[u8]) -> Option<u32
 }
 
 /// The literal branches of a regex as they run: each literal with its own
-/// atom (registered with the message literals); `None` when one is too
+/// atom (registered with the message literals), or searched for directly
+/// when it is a common word left out of the scan; `None` when one is too
 /// short to be an atom.
 fn branch_check(
     atoms: &Patterns,
     scanner: &Scanner,
     branches: &super::ir::LiteralBranches,
 ) -> Option<BranchCheck> {
-    let mut literals = branches
-        .literals
-        .iter()
-        .map(|(text, before, after)| {
-            let atom = atoms.get(text)?;
-            Some((atom, Finder::new(text).into_owned(), *before, *after))
-        })
-        .collect::<Option<Vec<_>>>()?;
+    let mut literals = Vec::new();
+    let mut searched = Vec::new();
+    for (text, before, after) in &branches.literals {
+        let finder = Finder::new(text).into_owned();
+        match atoms.get(text) {
+            Some(atom) => literals.push((atom, finder, *before, *after)),
+            None if text.len() >= MIN_ATOM_LEN => searched.push((finder, *before, *after)),
+            None => return None,
+        }
+    }
     literals.sort_by_key(|l| l.0);
     // Each other branch keeps the gates whose literals all hold an atom;
     // a branch left with none could match anything, so the rest runs.
@@ -349,6 +357,7 @@ fn branch_check(
     Some(BranchCheck {
         any: AtomSet::new(literals.iter().map(|l| l.0)),
         literals,
+        searched,
         rest,
     })
 }
