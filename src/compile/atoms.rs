@@ -154,26 +154,28 @@ const COMMON_WORDS: &[&str] = &[
     "your",
 ];
 
+/// A literal without the spaces and punctuation around it.
+fn core_text(lit: &[u8]) -> &str {
+    std::str::from_utf8(lit)
+        .unwrap_or("")
+        .trim_matches(|c: char| !c.is_alphanumeric())
+}
+
 /// Whether a literal is one common word (`model`, `limit`, `key`): such a
 /// text occurs in most error messages, so as an atom that routes no rule
 /// it would cost nearly every scan a report, while the test that needs it
 /// runs only for its rule's candidates.
 pub(crate) fn is_common(lit: &[u8]) -> bool {
-    std::str::from_utf8(lit).is_ok_and(|text| {
-        COMMON_WORDS.contains(&text.trim_matches(|c: char| !c.is_alphanumeric()))
-    })
+    COMMON_WORDS.contains(&core_text(lit))
 }
 
 /// How selective one atom is: the length of its text without surrounding
 /// spaces and punctuation, or 1 for a common word.
 fn selectivity(atom: &[u8]) -> usize {
-    let word = std::str::from_utf8(atom)
-        .unwrap_or("")
-        .trim_matches(|c: char| !c.is_alphanumeric());
-    if COMMON_WORDS.contains(&word) {
+    if is_common(atom) {
         1
     } else {
-        word.len().max(1)
+        core_text(atom).len().max(1)
     }
 }
 
