@@ -11,8 +11,19 @@
 //!   `u32` table; the next state is `table[state + class(byte)]`, one load.
 //!   Bytes that occur in no atom share one class (they all lead back to
 //!   the start), every other byte has its own.
-//! * **Match states first**, so "does this state report atoms?" is one
-//!   comparison.
+//! * **Rows only where a message spends its time.** A state at depth
+//!   [`CHAIN_DEPTH`] or deeper with one edge or none (the tail of a long
+//!   atom) is a *chain state*: a 16-byte link (its edge, the state that
+//!   edge leads to, its failure state, its matches) instead of a row, the
+//!   states of one chain side by side. A step from a chain state compares
+//!   the byte's class with its edge and, on a miss, goes on from its
+//!   failure state. Most of a long atom's states are such states: the
+//!   table shrinks about fourfold for the default atoms (see
+//!   benches/README.md, "Chain states"), and a message that walks into a
+//!   long atom reads four links per cache line instead of one row per
+//!   state.
+//! * **Plain rows, then match rows, then chains**, so "is this state
+//!   anything but a plain row?" is one comparison.
 //! * **No bounds check** in the loop: the table's length is a power of two
 //!   and indices are masked with `length − 1`, which is a no-op for every
 //!   index the table holds and lets the compiler drop the check.
@@ -64,7 +75,7 @@ impl Scanner {
     }
 
     fn build_within(patterns: &[Vec<u8>], max_table: usize) -> Scanner {
-        match Dfa::from_patterns(patterns, max_table) {
+        match Dfa::from_patterns(patterns, max_table, Some(CHAIN_DEPTH)) {
             Some(dfa) => Scanner::Dfa(dfa),
             None => Scanner::Nfa(
                 contiguous::NFA::builder()
@@ -110,22 +121,57 @@ impl Scanner {
     }
 }
 
-/// The dense table (see the module notes).
+/// A chain state's link (see the module notes): 16 bytes, four to a
+/// cache line, a chain's states side by side.
+#[derive(Debug, Clone, Copy, Default)]
+struct Link {
+    /// The class of the state's one edge, or [`NO_EDGE`]; with
+    /// [`REPORTS`] set when the state reports atoms, so that one
+    /// comparison with a byte's class says "follow the edge, nothing to
+    /// report".
+    edge: u32,
+    /// The state that edge leads to.
+    next: u32,
+    /// The failure state.
+    fail: u32,
+    /// The state's entry in `offsets`, or [`NO_MATCH`].
+    matches: u32,
+}
+
+const NO_EDGE: u32 = 0x7fff_ffff;
+const REPORTS: u32 = 1 << 31;
+const NO_MATCH: u32 = u32::MAX;
+
+/// Trie states this deep or deeper with at most one edge are chain
+/// states. Shallow states are the ones every message walks through, so
+/// they keep their rows; measured (benches/README.md, "Chain states"):
+/// from depth 3 the scan enters a chain on one byte in seven of the
+/// corpus and leaves it on a miss often enough to cost more than the
+/// cache lines it saves; 5 and 6 were best and alike.
+const CHAIN_DEPTH: u32 = 5;
+
+/// The table (see the module notes).
 #[derive(Debug)]
 pub(crate) struct Dfa {
     classes: [u8; 256],
     /// A state's row is `1 << shift` entries long.
     shift: u32,
-    /// Next state (premultiplied) by `state + class`; the length is a
+    /// Next state by `state + class`, for row states; the length is a
     /// power of two, padded with zeros past the last row.
     trans: Box<[u32]>,
     start: u32,
-    /// States below this are match states.
-    match_limit: u32,
-    /// Match state `m`'s pattern ids are `pids[offsets[m]..offsets[m + 1]]`.
+    /// States at or above this are special: match rows, then chains.
+    special: u32,
+    /// States at or above this are chain states, `links[state − chains]`.
+    chains: u32,
+    /// The chain states' links; the length is a power of two.
+    links: Box<[Link]>,
+    /// Match `m`'s pattern ids are `pids[offsets[m]..offsets[m + 1]]`: the
+    /// match rows' first, in row order, then the chain states'.
     offsets: Box<[u32]>,
     pids: Box<[u32]>,
-    /// By state index: the length of the atom prefix the state stands for.
+    /// The length of the atom prefix a state stands for: rows by row
+    /// index, then chain states by chain index.
     depth: Box<[u32]>,
 }
 
@@ -136,9 +182,14 @@ impl Dfa {
     /// shallower) with the trie's own edges written over it. Each entry
     /// costs O(1); copying the crate's NFA state by state cost a walk of
     /// failure links per entry (6 ms for the default atoms, now under 1).
-    /// States are numbered match states first. `None` when the table would
-    /// exceed `max_table` entries ([`MAX_TABLE`]).
-    fn from_patterns(patterns: &[Vec<u8>], max_table: usize) -> Option<Dfa> {
+    /// `chain_depth`: the least depth of a chain state (`None`: every state
+    /// has a row). `None` when the table would exceed `max_table` entries
+    /// ([`MAX_TABLE`]).
+    fn from_patterns(
+        patterns: &[Vec<u8>],
+        max_table: usize,
+        chain_depth: Option<u32>,
+    ) -> Option<Dfa> {
         // Class 0: bytes in no pattern (when there are any). Each other
         // byte: its own class.
         let mut used = [false; 256];
@@ -155,7 +206,7 @@ impl Dfa {
         let shift = n_classes.next_power_of_two().trailing_zeros();
 
         // The size, before building anything: one state per distinct
-        // prefix, plus the start.
+        // prefix, plus the start; every state counted as a row.
         let mut sorted: Vec<&[u8]> = patterns.iter().map(Vec::as_slice).collect();
         sorted.sort_unstable();
         sorted.dedup();
@@ -229,79 +280,232 @@ impl Dfa {
             }
         }
 
-        // Number match states first (each group in breadth-first order),
-        // then fill the rows in breadth-first order.
+        // Numbering: plain rows, then match rows (each in breadth-first
+        // order, premultiplied), then chain states, each chain's states
+        // consecutive from its head down.
+        let is_chain = |s: usize| chain_depth.is_some_and(|d| depth[s] >= d && edges[s].len() <= 1);
+        let is_plain_row = |s: usize| !is_chain(s) && ends[s].is_empty();
+        let plain = order.iter().filter(|&&s| is_plain_row(s)).count();
+        let rows = order.iter().filter(|&&s| !is_chain(s)).count();
+        let chains = (rows as u32) << shift;
         let mut new_of = vec![0u32; n];
-        let match_states = order.iter().filter(|&&s| !ends[s].is_empty()).count();
-        let (mut next_match, mut next_other) = (0u32, match_states as u32);
+        let (mut next_plain, mut next_match) = (0u32, plain as u32);
+        let mut chain_order = Vec::with_capacity(n - rows);
         for &s in &order {
-            let slot = if ends[s].is_empty() {
-                &mut next_other
+            if is_chain(s) {
+                // A chain's head is the first of its states met
+                // breadth-first; the states below it are numbered with it
+                // (a chain state is never numbered 0).
+                if new_of[s] != 0 {
+                    continue;
+                }
+                let mut c = s;
+                loop {
+                    new_of[c] = chains + chain_order.len() as u32;
+                    chain_order.push(c);
+                    match edges[c].first() {
+                        Some(&(_, t)) if is_chain(t as usize) => c = t as usize,
+                        _ => break,
+                    }
+                }
             } else {
-                &mut next_match
-            };
-            new_of[s] = *slot;
-            *slot += 1;
+                let slot = if ends[s].is_empty() {
+                    &mut next_plain
+                } else {
+                    &mut next_match
+                };
+                new_of[s] = *slot << shift;
+                *slot += 1;
+            }
         }
-        let mut trans = vec![0u32; (n << shift).next_power_of_two()].into_boxed_slice();
-        for &s in &order {
-            let row = (new_of[s] as usize) << shift;
+        debug_assert_eq!(chain_order.len(), n - rows);
+
+        // The rows, breadth-first. A row starts as its failure state's
+        // transitions: the nearest row on the failure path (complete,
+        // being shallower) with the edges of the chain states passed on
+        // the way written over it, the deepest last.
+        let mut trans = vec![0u32; (rows << shift).next_power_of_two()].into_boxed_slice();
+        let mut passed = Vec::new();
+        for &s in order.iter().filter(|&&s| !is_chain(s)) {
+            let row = new_of[s] as usize;
             if s == 0 {
-                trans[row..row + n_classes].fill(new_of[0] << shift);
+                trans[row..row + n_classes].fill(new_of[0]);
             } else {
-                let from = (new_of[fail[s]] as usize) << shift;
+                let mut f = fail[s];
+                passed.clear();
+                while is_chain(f) {
+                    passed.push(f);
+                    f = fail[f];
+                }
+                let from = new_of[f] as usize;
                 trans.copy_within(from..from + n_classes, row);
+                for &p in passed.iter().rev() {
+                    for &(c, t) in &edges[p] {
+                        trans[row + c as usize] = new_of[t as usize];
+                    }
+                }
             }
             for &(c, t) in &edges[s] {
-                trans[row + c as usize] = new_of[t as usize] << shift;
+                trans[row + c as usize] = new_of[t as usize];
             }
         }
-        let mut by_new = vec![0usize; n];
-        for s in 0..n {
-            by_new[new_of[s] as usize] = s;
+
+        // Matches: the match rows', then the chain states'.
+        let mut by_row = vec![0usize; rows];
+        for &s in order.iter().filter(|&&s| !is_chain(s)) {
+            by_row[(new_of[s] >> shift) as usize] = s;
         }
         let mut offsets = vec![0u32];
         let mut pids = Vec::new();
-        for &s in &by_new[..match_states] {
+        for &s in &by_row[plain..] {
             pids.extend_from_slice(&ends[s]);
             offsets.push(pids.len() as u32);
         }
+        let mut links = vec![Link::default(); chain_order.len().next_power_of_two()];
+        for (k, &s) in chain_order.iter().enumerate() {
+            let (edge, next) = match edges[s].first() {
+                Some(&(c, t)) => (u32::from(c), new_of[t as usize]),
+                None => (NO_EDGE, 0),
+            };
+            let matches = if ends[s].is_empty() {
+                NO_MATCH
+            } else {
+                pids.extend_from_slice(&ends[s]);
+                offsets.push(pids.len() as u32);
+                offsets.len() as u32 - 2
+            };
+            links[k] = Link {
+                edge: if matches == NO_MATCH {
+                    edge
+                } else {
+                    edge | REPORTS
+                },
+                next,
+                fail: new_of[fail[s]],
+                matches,
+            };
+        }
+        let depth = by_row
+            .iter()
+            .chain(&chain_order)
+            .map(|&s| depth[s])
+            .collect();
         Some(Dfa {
             classes,
             shift,
             trans,
-            start: new_of[0] << shift,
-            match_limit: (match_states as u32) << shift,
+            start: new_of[0],
+            special: (plain as u32) << shift,
+            chains,
+            links: links.into_boxed_slice(),
             offsets: offsets.into_boxed_slice(),
             pids: pids.into_boxed_slice(),
-            depth: by_new.iter().map(|&s| depth[s]).collect(),
+            depth,
         })
     }
 
+    /// How many states have a row, and how many are chain states.
+    #[cfg(test)]
+    fn shape(&self) -> (usize, usize) {
+        let rows = (self.chains >> self.shift) as usize;
+        (rows, self.depth.len() - rows)
+    }
+
     /// The loop's view of the table, in locals: the compiler keeps them in
-    /// registers, and `trans` is sliced to `mask + 1` entries so that a
-    /// masked index provably needs no bounds check.
+    /// registers, and `trans` and `links` are sliced to a power of two so
+    /// that a masked index provably needs no bounds check.
     #[inline(always)]
     fn view(&self) -> View<'_> {
         let mask = self.trans.len() - 1;
+        let link_mask = self.links.len() - 1;
         View {
             trans: &self.trans[..=mask],
             mask,
+            links: &self.links[..=link_mask],
+            link_mask,
             classes: &self.classes,
-            limit: self.match_limit,
+            special: self.special,
+            chains: self.chains,
         }
     }
 
+    /// Reports the patterns of special state `s` (a match row, or a chain
+    /// state, which may report none).
     #[inline(always)]
-    fn report(&self, s: u32, hit: &mut impl FnMut(usize)) {
-        let m = (s >> self.shift) as usize;
+    fn report(&self, t: &View<'_>, s: u32, hit: &mut impl FnMut(usize)) {
+        if s < t.chains {
+            self.report_match(((s - t.special) >> self.shift) as usize, hit);
+        } else if t.link(s).matches != NO_MATCH {
+            self.report_match(t.link(s).matches as usize, hit);
+        }
+    }
+
+    /// Out of line: most steps report nothing.
+    #[inline(never)]
+    fn report_match(&self, m: usize, hit: &mut impl FnMut(usize)) {
         for &pid in &self.pids[self.offsets[m] as usize..self.offsets[m + 1] as usize] {
             hit(pid as usize);
         }
     }
 
-    // Byte `i` of every piece per turn: an index, not an iterator.
-    #[allow(clippy::needless_range_loop)]
+    /// The next state after byte `b`. A state's matches are reported as
+    /// the scan leaves it (and by [`Dfa::finish`] for the last one), so
+    /// the one comparison that tells a plain row from the rest serves both
+    /// the report and the step. Inside a long atom's text the step
+    /// follows the chain: one link read, one comparison.
+    #[inline(always)]
+    fn advance(&self, t: &View<'_>, s: u32, b: u8, hit: &mut impl FnMut(usize)) -> u32 {
+        let c = u32::from(t.classes[b as usize]);
+        if s < t.special {
+            t.row_step(s, c)
+        } else if s >= t.chains && t.link(s).edge == c {
+            t.link(s).next
+        } else {
+            self.special_step(t, s, c, hit)
+        }
+    }
+
+    /// The rest: a match row, a chain state that reports atoms, or a
+    /// chain's edge missed. Out of line and marked cold, so that the loop's
+    /// own registers hold its pieces' states and the table (with this path
+    /// inlined, four pieces' worth of it spilled them to the stack on
+    /// every byte).
+    #[cold]
+    #[inline(never)]
+    fn special_step(&self, t: &View<'_>, s: u32, c: u32, hit: &mut impl FnMut(usize)) -> u32 {
+        if s < t.chains {
+            self.report_match(((s - t.special) >> self.shift) as usize, hit);
+            return t.row_step(s, c);
+        }
+        let l = t.link(s);
+        if l.matches != NO_MATCH {
+            self.report_match(l.matches as usize, hit);
+        }
+        if l.edge & !REPORTS == c {
+            l.next
+        } else {
+            t.fail_step(l.fail, c)
+        }
+    }
+
+    /// Reports the matches of the state a scan ends in.
+    #[inline(always)]
+    fn finish(&self, t: &View<'_>, s: u32, hit: &mut impl FnMut(usize)) {
+        if s >= t.special {
+            self.report(t, s, hit);
+        }
+    }
+
+    #[inline(always)]
+    fn depth(&self, s: u32) -> usize {
+        let i = if s < self.chains {
+            s >> self.shift
+        } else {
+            (self.chains >> self.shift) + (s - self.chains)
+        };
+        self.depth[i as usize] as usize
+    }
+
     fn scan(&self, haystack: &[u8], mut hit: impl FnMut(usize)) {
         let t = self.view();
         let hit = &mut hit;
@@ -309,46 +513,41 @@ impl Dfa {
         if n < SPLIT_SCAN_MIN {
             let mut s = self.start;
             for &b in haystack {
-                s = t.step(s, b);
-                if t.is_match(s) {
-                    self.report(s, hit);
-                }
+                s = self.advance(&t, s, b, hit);
             }
+            self.finish(&t, s, hit);
             return;
         }
-        // Pieces: [0, len), [len, 2·len), …, [(K−1)·len, n).
+        // Pieces: [0, len), [len, 2·len), [2·len, 3·len), [3·len, n),
+        // walked side by side (zipped slices: no bounds checks, and the
+        // states in four locals).
         const K: usize = PIECES;
         let len = n / K;
-        let mut sid = [self.start; K];
-        let pieces: [&[u8]; K] = std::array::from_fn(|j| &haystack[j * len..j * len + len]);
-        for i in 0..len {
-            for j in 0..K {
-                sid[j] = t.step(sid[j], pieces[j][i]);
-            }
-            for s in sid {
-                if t.is_match(s) {
-                    self.report(s, hit);
-                }
-            }
+        let (p0, rest) = haystack.split_at(len);
+        let (p1, rest) = rest.split_at(len);
+        let (p2, p3) = rest.split_at(len);
+        let [mut s0, mut s1, mut s2, mut s3] = [self.start; K];
+        for (((&b0, &b1), &b2), &b3) in p0.iter().zip(p1).zip(p2).zip(p3) {
+            s0 = self.advance(&t, s0, b0, hit);
+            s1 = self.advance(&t, s1, b1, hit);
+            s2 = self.advance(&t, s2, b2, hit);
+            s3 = self.advance(&t, s3, b3, hit);
         }
+        let mut sid = [s0, s1, s2, s3];
         // The last piece's extra bytes, then the other pieces' runs past
         // their ends while a prefix begun inside them is pending.
         for &b in &haystack[K * len..] {
-            sid[K - 1] = t.step(sid[K - 1], b);
-            if t.is_match(sid[K - 1]) {
-                self.report(sid[K - 1], hit);
-            }
+            sid[K - 1] = self.advance(&t, sid[K - 1], b, hit);
         }
+        self.finish(&t, sid[K - 1], hit);
         for (j, &s) in sid.iter().enumerate().take(K - 1) {
             let end = (j + 1) * len;
             let (mut s, mut p) = (s, end);
-            while p < n && p - (self.depth[(s >> self.shift) as usize] as usize) < end {
-                s = t.step(s, haystack[p]);
-                if t.is_match(s) {
-                    self.report(s, hit);
-                }
+            while p < n && p - self.depth(s) < end {
+                s = self.advance(&t, s, haystack[p], hit);
                 p += 1;
             }
+            self.finish(&t, s, hit);
         }
     }
 }
@@ -356,19 +555,37 @@ impl Dfa {
 struct View<'a> {
     trans: &'a [u32],
     mask: usize,
+    links: &'a [Link],
+    link_mask: usize,
     classes: &'a [u8; 256],
-    limit: u32,
+    special: u32,
+    chains: u32,
 }
 
 impl View<'_> {
     #[inline(always)]
-    fn step(&self, s: u32, b: u8) -> u32 {
-        self.trans[(s as usize + self.classes[b as usize] as usize) & self.mask]
+    fn row_step(&self, s: u32, c: u32) -> u32 {
+        self.trans[(s + c) as usize & self.mask]
     }
 
     #[inline(always)]
-    fn is_match(&self, s: u32) -> bool {
-        s < self.limit
+    fn link(&self, s: u32) -> &Link {
+        &self.links[(s - self.chains) as usize & self.link_mask]
+    }
+
+    /// The step from failure state `s` after a chain state's edge missed:
+    /// usually a row; a chain state compares its one edge and, on a miss,
+    /// goes on from its own failure state.
+    #[inline(always)]
+    fn fail_step(&self, mut s: u32, c: u32) -> u32 {
+        while s >= self.chains {
+            let l = self.link(s);
+            if l.edge & !REPORTS == c {
+                return l.next;
+            }
+            s = l.fail;
+        }
+        self.row_step(s, c)
     }
 }
 
@@ -395,14 +612,53 @@ mod tests {
         atoms.iter().map(|a| a.as_bytes().to_vec()).collect()
     }
 
+    /// The table three ways: chain states from depth 1 (nearly every
+    /// state), from the default depth, and none (every state a row).
+    fn tables(atoms: &[Vec<u8>]) -> [Scanner; 3] {
+        [Some(1), Some(CHAIN_DEPTH), None].map(|depth| {
+            Scanner::Dfa(Dfa::from_patterns(atoms, MAX_TABLE, depth).expect("small"))
+        })
+    }
+
+    fn shape(scanner: &Scanner) -> (usize, usize) {
+        match scanner {
+            Scanner::Dfa(dfa) => dfa.shape(),
+            Scanner::Nfa(_) => panic!("a table was expected"),
+        }
+    }
+
+    /// Chain states are built where they should be: none when disabled,
+    /// and from the given depth on for every state with one edge or none;
+    /// branching and shallow states keep their rows.
+    #[test]
+    fn chains_are_built_for_deep_single_edge_states() {
+        // "rate limit exceeded" and "rate limit reached": one trie path
+        // to "rate limit " (11 states below the start) that branches there.
+        let atoms = bytes(&["rate limit exceeded", "rate limit reached", "tpm"]);
+        let states = 1 + "rate limit ".len() + "exceeded".len() + "reached".len() + 3;
+        let shape_at = |depth| {
+            shape(&Scanner::Dfa(
+                Dfa::from_patterns(&atoms, MAX_TABLE, depth).expect("small"),
+            ))
+        };
+        assert_eq!(shape_at(None), (states, 0));
+        // From depth 3: the start, "r", "ra", "t", "tp" and the branching
+        // "rate limit " keep rows.
+        assert_eq!(shape_at(Some(3)), (6, states - 6));
+        // From depth 1: the start and the branching state only.
+        assert_eq!(shape_at(Some(1)), (2, states - 2));
+        // The default depth builds chains for these atoms.
+        assert!(shape_at(Some(CHAIN_DEPTH)).1 > 0);
+    }
+
     /// Every occurrence is found whatever its place relative to the piece
     /// boundaries: every start position, in messages of every length
     /// around the split threshold.
     #[test]
     fn finds_atoms_everywhere() {
         let atoms = bytes(&["rate limit", "overloaded", "tpm"]);
-        let scanner = Scanner::build(&atoms);
-        assert!(matches!(scanner, Scanner::Dfa(_)));
+        assert!(matches!(Scanner::build(&atoms), Scanner::Dfa(_)));
+        for scanner in tables(&atoms) {
         for len in [50usize, 95, 96, 97, 98, 99, 127, 128, 300, 1001] {
             for (atom, a) in atoms.iter().enumerate() {
                 for at in 0..=len - a.len() {
@@ -415,6 +671,7 @@ mod tests {
                     );
                 }
             }
+        }
         }
     }
 
@@ -453,7 +710,7 @@ mod tests {
             "tpm",
             "rate rate rate rate x",
         ]);
-        let scanner = Scanner::build(&atoms);
+        for scanner in tables(&atoms) {
         let mut rng = 0x9e3779b97f4a7c15u64;
         let pieces: [&[u8]; 7] = [
             b"rate ",
@@ -480,6 +737,7 @@ mod tests {
                 String::from_utf8_lossy(&hay)
             );
         }
+        }
     }
 
     /// Many atoms over a three-letter alphabet, so that nearly every atom
@@ -503,20 +761,23 @@ mod tests {
             .collect();
         atoms.sort();
         atoms.dedup();
-        let table = Scanner::build(&atoms);
+        let tables = tables(&atoms);
+        assert!(shape(&tables[1]).1 > 0, "the default depth builds chains");
         let nfa = Scanner::build_within(&atoms, 1);
-        assert!(matches!(table, Scanner::Dfa(_)));
         assert!(matches!(nfa, Scanner::Nfa(_)));
         for len in [0usize, 1, 5, 40, 95, 96, 97, 200, 513] {
             for _ in 0..20 {
                 let hay: Vec<u8> = (0..len).map(|_| b"abcx"[next(4) as usize]).collect();
                 let want = naive(&atoms, &hay);
-                assert_eq!(
-                    found(&table, &hay),
-                    want,
-                    "{}",
-                    String::from_utf8_lossy(&hay)
-                );
+                for table in &tables {
+                    assert_eq!(
+                        found(table, &hay),
+                        want,
+                        "{} ({:?})",
+                        String::from_utf8_lossy(&hay),
+                        shape(table)
+                    );
+                }
                 assert_eq!(found(&nfa, &hay), want);
             }
         }
@@ -527,17 +788,19 @@ mod tests {
     #[test]
     fn utf8_and_full_alphabets() {
         let atoms = bytes(&["余额不足", "限流", "quota"]);
-        let scanner = Scanner::build(&atoms);
         let hay = "账户余额不足，请充值 quota 限流".repeat(5);
-        assert_eq!(found(&scanner, hay.as_bytes()), vec![0, 1, 2]);
+        for scanner in tables(&atoms) {
+            assert_eq!(found(&scanner, hay.as_bytes()), vec![0, 1, 2]);
+        }
 
         let mut atoms: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b, b, b]).collect();
         atoms.push(b"abc".to_vec());
-        let scanner = Scanner::build(&atoms);
         let hay: Vec<u8> = (0..600u32)
             .map(|i| (i * 7 % 256) as u8)
             .chain(*b"zzzabc")
             .collect();
-        assert_eq!(found(&scanner, &hay), naive(&atoms, &hay));
+        for scanner in tables(&atoms) {
+            assert_eq!(found(&scanner, &hay), naive(&atoms, &hay));
+        }
     }
 }
