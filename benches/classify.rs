@@ -108,7 +108,9 @@ fn compile(c: &mut Criterion) {
 /// about ten times the median (issue 11: a Unicode `\b` once sent any
 /// message with a non-ASCII character to the slowest regex engine, 57×).
 /// `FAILOVER_BENCH_RULES=DIR` measures that ruleset too, without the
-/// defaults, on the same corpus (a before/after of a rules change).
+/// defaults, on the same corpus (a before/after of a rules change); the
+/// passes alternate between the two, so a change in the shared host's
+/// load falls on both alike.
 fn latency() {
     const PASSES: usize = 20;
     let samples = corpus::corpus(CORPUS, 0x5eed);
@@ -118,16 +120,18 @@ fn latency() {
         let engine = Engine::from_build(build).expect("rules compile");
         engines.push((dir, engine));
     }
-    for (name, engine) in &engines {
-        let mut scratch = Scratch::default();
-        let mut best = vec![u128::MAX; samples.len()];
-        for _ in 0..PASSES {
+    let mut scratches: Vec<Scratch> = engines.iter().map(|_| Scratch::default()).collect();
+    let mut bests = vec![vec![u128::MAX; samples.len()]; engines.len()];
+    for _ in 0..PASSES {
+        for (((_, engine), scratch), best) in engines.iter().zip(&mut scratches).zip(&mut bests) {
             for (i, s) in samples.iter().enumerate() {
                 let t = std::time::Instant::now();
-                std::hint::black_box(engine.classify_with(&s.as_error(), &mut scratch));
+                std::hint::black_box(engine.classify_with(&s.as_error(), scratch));
                 best[i] = best[i].min(t.elapsed().as_nanos());
             }
         }
+    }
+    for ((name, _), best) in engines.iter().zip(&bests) {
         let mut sorted = best.clone();
         sorted.sort_unstable();
         let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q) as usize];
