@@ -18,10 +18,10 @@
 //!   states of one chain side by side. A step from a chain state compares
 //!   the byte's class with its edge and, on a miss, goes on from its
 //!   failure state. Most of a long atom's states are such states: the
-//!   table shrinks about fourfold for the default atoms (see
-//!   benches/README.md, "Chain states"), and a message that walks into a
-//!   long atom reads four links per cache line instead of one row per
-//!   state.
+//!   default atoms' table shrinks from 11 MB of rows to 1.3 MB of rows and
+//!   links (see benches/README.md, "Chain states"), and a message that
+//!   walks into a long atom reads four links per cache line instead of one
+//!   row per state.
 //! * **Plain rows, then match rows, then chains**, so "is this state
 //!   anything but a plain row?" is one comparison.
 //! * **No bounds check** in the loop: the table's length is a power of two
@@ -145,9 +145,9 @@ const NO_MATCH: u32 = u32::MAX;
 /// Trie states this deep or deeper with at most one edge are chain
 /// states. Shallow states are the ones every message walks through, so
 /// they keep their rows; measured (benches/README.md, "Chain states"):
-/// from depth 3 the scan enters a chain on one byte in seven of the
-/// corpus and leaves it on a miss often enough to cost more than the
-/// cache lines it saves; 5 and 6 were best and alike.
+/// from depth 3 the scan enters a chain on about one byte in seven of the
+/// corpus and was slower on the clock than with no chains for stop 9's
+/// rules; 5 and 6 were best and alike.
 const CHAIN_DEPTH: u32 = 5;
 
 /// The table (see the module notes).
@@ -473,14 +473,11 @@ impl Dfa {
     #[cold]
     #[inline(never)]
     fn special_step(&self, t: &View<'_>, s: u32, c: u32, hit: &mut impl FnMut(usize)) -> u32 {
+        self.report(t, s, hit);
         if s < t.chains {
-            self.report_match(((s - t.special) >> self.shift) as usize, hit);
             return t.row_step(s, c);
         }
         let l = t.link(s);
-        if l.matches != NO_MATCH {
-            self.report_match(l.matches as usize, hit);
-        }
         if l.edge & !REPORTS == c {
             l.next
         } else {
