@@ -18,12 +18,14 @@
 //!   states of one chain side by side. A step from a chain state compares
 //!   the byte's class with its edge and, on a miss, goes on from its
 //!   failure state. Most of a long atom's states are such states: the
-//!   default atoms' table shrinks from 11 MB of rows to 1.3 MB of rows and
-//!   links (see benches/README.md, "Chain states"), and a message that
-//!   walks into a long atom reads four links per cache line instead of one
-//!   row per state.
-//! * **Plain rows, then match rows, then chains**, so "is this state
-//!   anything but a plain row?" is one comparison.
+//!   default atoms' 21,881 states need 5,213 rows (2.7 MB) and 16,668
+//!   links (267 KB) instead of 11 MB of rows (see benches/README.md,
+//!   "Chain states"), and a message that walks into a long atom reads four
+//!   links per cache line instead of one row per state.
+//! * **Flags in the state number.** A plain row's number is its offset; a
+//!   match row's has the top bit set, a chain state's the top two (and its
+//!   link's index below them). "Is this state anything but a plain row?"
+//!   is a sign test, with no threshold held in a register.
 //! * **No bounds check** in the loop: the table's length is a power of two
 //!   and indices are masked with `length − 1`, which is a no-op for every
 //!   index the table holds and lets the compiler drop the check.
@@ -142,13 +144,23 @@ const NO_EDGE: u32 = 0x7fff_ffff;
 const REPORTS: u32 = 1 << 31;
 const NO_MATCH: u32 = u32::MAX;
 
+/// Set in a state's number for every state but a plain row: the loop's
+/// test is then a sign test, with no threshold held in a register.
+const SPECIAL: u32 = 1 << 31;
+/// Set (with [`SPECIAL`]) for a chain state, whose low bits are its index
+/// in `links`. A match row's number is its row's offset with [`SPECIAL`]
+/// set; masking an index to the table's length drops the flag, so a match
+/// row steps like a plain row.
+const CHAIN: u32 = 1 << 30;
+
 /// Trie states this deep or deeper with at most one edge are chain
 /// states. Shallow states are the ones every message walks through, so
-/// they keep their rows; measured (benches/README.md, "Chain states"):
-/// from depth 3 the scan enters a chain on about one byte in seven of the
-/// corpus and was slower on the clock than with no chains for stop 9's
-/// rules; 5 and 6 were best and alike.
-const CHAIN_DEPTH: u32 = 5;
+/// they keep their rows. Entering and leaving a chain is a branch the CPU
+/// cannot foresee, so chains pay only where a message rarely goes: measured
+/// (benches/README.md, "Chain states, second pass"), the scan alone took
+/// 680 / 527 / 526 ns per message at depths 5 / 10 / 12 on the default
+/// atoms (622 with no chains) and 504 / 405 / 420 on stop 9's (420).
+const CHAIN_DEPTH: u32 = 10;
 
 /// The table (see the module notes).
 #[derive(Debug)]
@@ -160,10 +172,10 @@ pub(crate) struct Dfa {
     /// power of two, padded with zeros past the last row.
     trans: Box<[u32]>,
     start: u32,
-    /// States at or above this are special: match rows, then chains.
-    special: u32,
-    /// States at or above this are chain states, `links[state − chains]`.
-    chains: u32,
+    /// The offset of the first match row (plain rows come first).
+    match_rows: u32,
+    /// How many states have a row.
+    rows: u32,
     /// The chain states' links; the length is a power of two.
     links: Box<[Link]>,
     /// Match `m`'s pattern ids are `pids[offsets[m]..offsets[m + 1]]`: the
@@ -287,7 +299,11 @@ impl Dfa {
         let is_plain_row = |s: usize| !is_chain(s) && ends[s].is_empty();
         let plain = order.iter().filter(|&&s| is_plain_row(s)).count();
         let rows = order.iter().filter(|&&s| !is_chain(s)).count();
-        let chains = (rows as u32) << shift;
+        // State numbers (see SPECIAL and CHAIN) must leave the two flag bits
+        // free: rows << shift is at most `max_table` (2^26), chains fewer.
+        if (rows << shift) as u64 >= u64::from(CHAIN) || (n - rows) as u64 >= u64::from(CHAIN) {
+            return None;
+        }
         let mut new_of = vec![0u32; n];
         let (mut next_plain, mut next_match) = (0u32, plain as u32);
         let mut chain_order = Vec::with_capacity(n - rows);
@@ -301,7 +317,7 @@ impl Dfa {
                 }
                 let mut c = s;
                 loop {
-                    new_of[c] = chains + chain_order.len() as u32;
+                    new_of[c] = SPECIAL | CHAIN | chain_order.len() as u32;
                     chain_order.push(c);
                     match edges[c].first() {
                         Some(&(_, t)) if is_chain(t as usize) => c = t as usize,
@@ -309,12 +325,12 @@ impl Dfa {
                     }
                 }
             } else {
-                let slot = if ends[s].is_empty() {
-                    &mut next_plain
+                let (slot, flag) = if ends[s].is_empty() {
+                    (&mut next_plain, 0)
                 } else {
-                    &mut next_match
+                    (&mut next_match, SPECIAL)
                 };
-                new_of[s] = *slot << shift;
+                new_of[s] = (*slot << shift) | flag;
                 *slot += 1;
             }
         }
@@ -326,8 +342,9 @@ impl Dfa {
         // the way written over it, the deepest last.
         let mut trans = vec![0u32; (rows << shift).next_power_of_two()].into_boxed_slice();
         let mut passed = Vec::new();
+        let row_of = |s: usize| (new_of[s] & !SPECIAL) as usize;
         for &s in order.iter().filter(|&&s| !is_chain(s)) {
-            let row = new_of[s] as usize;
+            let row = row_of(s);
             if s == 0 {
                 trans[row..row + n_classes].fill(new_of[0]);
             } else {
@@ -337,7 +354,7 @@ impl Dfa {
                     passed.push(f);
                     f = fail[f];
                 }
-                let from = new_of[f] as usize;
+                let from = row_of(f);
                 trans.copy_within(from..from + n_classes, row);
                 for &p in passed.iter().rev() {
                     for &(c, t) in &edges[p] {
@@ -353,7 +370,7 @@ impl Dfa {
         // Matches: the match rows', then the chain states'.
         let mut by_row = vec![0usize; rows];
         for &s in order.iter().filter(|&&s| !is_chain(s)) {
-            by_row[(new_of[s] >> shift) as usize] = s;
+            by_row[row_of(s) >> shift] = s;
         }
         let mut offsets = vec![0u32];
         let mut pids = Vec::new();
@@ -395,8 +412,8 @@ impl Dfa {
             shift,
             trans,
             start: new_of[0],
-            special: (plain as u32) << shift,
-            chains,
+            match_rows: (plain as u32) << shift,
+            rows: rows as u32,
             links: links.into_boxed_slice(),
             offsets: offsets.into_boxed_slice(),
             pids: pids.into_boxed_slice(),
@@ -407,7 +424,7 @@ impl Dfa {
     /// How many states have a row, and how many are chain states.
     #[cfg(test)]
     fn shape(&self) -> (usize, usize) {
-        let rows = (self.chains >> self.shift) as usize;
+        let rows = self.rows as usize;
         (rows, self.depth.len() - rows)
     }
 
@@ -424,8 +441,6 @@ impl Dfa {
             links: &self.links[..=link_mask],
             link_mask,
             classes: &self.classes,
-            special: self.special,
-            chains: self.chains,
         }
     }
 
@@ -433,8 +448,8 @@ impl Dfa {
     /// state, which may report none).
     #[inline(always)]
     fn report(&self, t: &View<'_>, s: u32, hit: &mut impl FnMut(usize)) {
-        if s < t.chains {
-            self.report_match(((s - t.special) >> self.shift) as usize, hit);
+        if s & CHAIN == 0 {
+            self.report_match((((s & !SPECIAL) - self.match_rows) >> self.shift) as usize, hit);
         } else if t.link(s).matches != NO_MATCH {
             self.report_match(t.link(s).matches as usize, hit);
         }
@@ -456,9 +471,9 @@ impl Dfa {
     #[inline(always)]
     fn advance(&self, t: &View<'_>, s: u32, b: u8, hit: &mut impl FnMut(usize)) -> u32 {
         let c = u32::from(t.classes[b as usize]);
-        if s < t.special {
+        if s & SPECIAL == 0 {
             t.row_step(s, c)
-        } else if s >= t.chains && t.link(s).edge == c {
+        } else if s & CHAIN != 0 && t.link(s).edge == c {
             t.link(s).next
         } else {
             self.special_step(t, s, c, hit)
@@ -474,7 +489,7 @@ impl Dfa {
     #[inline(never)]
     fn special_step(&self, t: &View<'_>, s: u32, c: u32, hit: &mut impl FnMut(usize)) -> u32 {
         self.report(t, s, hit);
-        if s < t.chains {
+        if s & CHAIN == 0 {
             return t.row_step(s, c);
         }
         let l = t.link(s);
@@ -488,17 +503,17 @@ impl Dfa {
     /// Reports the matches of the state a scan ends in.
     #[inline(always)]
     fn finish(&self, t: &View<'_>, s: u32, hit: &mut impl FnMut(usize)) {
-        if s >= t.special {
+        if s & SPECIAL != 0 {
             self.report(t, s, hit);
         }
     }
 
     #[inline(always)]
     fn depth(&self, s: u32) -> usize {
-        let i = if s < self.chains {
-            s >> self.shift
+        let i = if s & CHAIN == 0 {
+            (s & !SPECIAL) >> self.shift
         } else {
-            (self.chains >> self.shift) + (s - self.chains)
+            self.rows + (s & !(SPECIAL | CHAIN))
         };
         self.depth[i as usize] as usize
     }
@@ -516,19 +531,22 @@ impl Dfa {
             return;
         }
         // Pieces: [0, len), [len, 2·len), [2·len, 3·len), [3·len, n),
-        // walked side by side (zipped slices: no bounds checks, and the
-        // states in four locals).
+        // walked side by side: four slices of one length indexed by one
+        // counter (no bounds checks, and each byte loaded where it is used;
+        // zipped iterators kept four pointers and spilled them and the
+        // bytes to the stack), the states in four locals.
         const K: usize = PIECES;
         let len = n / K;
         let (p0, rest) = haystack.split_at(len);
         let (p1, rest) = rest.split_at(len);
-        let (p2, p3) = rest.split_at(len);
+        let (p2, rest) = rest.split_at(len);
+        let p3 = &rest[..len];
         let [mut s0, mut s1, mut s2, mut s3] = [self.start; K];
-        for (((&b0, &b1), &b2), &b3) in p0.iter().zip(p1).zip(p2).zip(p3) {
-            s0 = self.advance(&t, s0, b0, hit);
-            s1 = self.advance(&t, s1, b1, hit);
-            s2 = self.advance(&t, s2, b2, hit);
-            s3 = self.advance(&t, s3, b3, hit);
+        for i in 0..len {
+            s0 = self.advance(&t, s0, p0[i], hit);
+            s1 = self.advance(&t, s1, p1[i], hit);
+            s2 = self.advance(&t, s2, p2[i], hit);
+            s3 = self.advance(&t, s3, p3[i], hit);
         }
         let mut sid = [s0, s1, s2, s3];
         // The last piece's extra bytes, then the other pieces' runs past
@@ -555,8 +573,6 @@ struct View<'a> {
     links: &'a [Link],
     link_mask: usize,
     classes: &'a [u8; 256],
-    special: u32,
-    chains: u32,
 }
 
 impl View<'_> {
@@ -567,7 +583,8 @@ impl View<'_> {
 
     #[inline(always)]
     fn link(&self, s: u32) -> &Link {
-        &self.links[(s - self.chains) as usize & self.link_mask]
+        // The mask (below 2^30) also drops the flags.
+        &self.links[s as usize & self.link_mask]
     }
 
     /// The step from failure state `s` after a chain state's edge missed:
@@ -575,7 +592,7 @@ impl View<'_> {
     /// goes on from its own failure state.
     #[inline(always)]
     fn fail_step(&self, mut s: u32, c: u32) -> u32 {
-        while s >= self.chains {
+        while s & CHAIN != 0 {
             let l = self.link(s);
             if l.edge & !REPORTS == c {
                 return l.next;
@@ -609,10 +626,11 @@ mod tests {
         atoms.iter().map(|a| a.as_bytes().to_vec()).collect()
     }
 
-    /// The table three ways: chain states from depth 1 (nearly every
-    /// state), from the default depth, and none (every state a row).
-    fn tables(atoms: &[Vec<u8>]) -> [Scanner; 3] {
-        [Some(1), Some(CHAIN_DEPTH), None].map(|depth| {
+    /// The table four ways: chain states from depth 1 (nearly every
+    /// state), from depth 4 (chains below branching rows, for short test
+    /// atoms), from the default depth, and none (every state a row).
+    fn tables(atoms: &[Vec<u8>]) -> [Scanner; 4] {
+        [Some(1), Some(4), Some(CHAIN_DEPTH), None].map(|depth| {
             Scanner::Dfa(Dfa::from_patterns(atoms, MAX_TABLE, depth).expect("small"))
         })
     }
@@ -759,7 +777,7 @@ mod tests {
         atoms.sort();
         atoms.dedup();
         let tables = tables(&atoms);
-        assert!(shape(&tables[1]).1 > 0, "the default depth builds chains");
+        assert!(shape(&tables[1]).1 > 0, "depth 4 builds chains");
         let nfa = Scanner::build_within(&atoms, 1);
         assert!(matches!(nfa, Scanner::Nfa(_)));
         for len in [0usize, 1, 5, 40, 95, 96, 97, 200, 513] {
