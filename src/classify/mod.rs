@@ -402,8 +402,7 @@ impl Engine {
             text.clear();
             text.push_str(message);
             for part in [ex.message, ex.raw].into_iter().flatten() {
-                if !part.is_empty() && !says(message, &part)
-                {
+                if !part.is_empty() && !says(message, &part) {
                     if !text.is_empty() {
                         text.push('\n');
                     }
@@ -582,9 +581,9 @@ fn folds_beyond_ascii(lower: &str) -> bool {
 
 /// Whether `message` already holds `part`. A part read out of the
 /// message's own JSON without unescaping borrows from it (an unescaped one
-/// is a new string): that is answered by comparing addresses, as building a substring searcher costs some
-/// thousand instructions for a 100-byte part (and this runs on every JSON
-/// message).
+/// is a new string): that is answered by comparing addresses, as building
+/// a substring searcher costs some thousand instructions for a 100-byte
+/// part (and this runs on every JSON message).
 fn says(message: &str, part: &str) -> bool {
     let (outer, inner) = (message.as_bytes().as_ptr_range(), part.as_bytes().as_ptr_range());
     if outer.start <= inner.start && inner.end <= outer.end {
