@@ -73,7 +73,14 @@ pub struct SqliteStore {
     files: FileStore,
     path: PathBuf,
     conn: Mutex<Connection>,
+    /// The routing state as this connection last read it, with the
+    /// connection's `PRAGMA data_version` at that read. Locked only while
+    /// `conn` is held. See `load_state`.
+    seen: Mutex<Option<(i64, AuthState)>>,
     problems: Mutex<Vec<Problem>>,
+    /// How many times the state tables were read whole (tests).
+    #[cfg(test)]
+    state_reads: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -146,7 +153,10 @@ impl SqliteStore {
             files,
             path,
             conn: Mutex::new(conn),
+            seen: Mutex::new(None),
             problems: Mutex::new(Vec::new()),
+            #[cfg(test)]
+            state_reads: Default::default(),
         };
         if fresh {
             store.import_files()?;
@@ -166,6 +176,40 @@ impl SqliteStore {
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The cached state; take it only while holding [`Self::conn`].
+    fn seen(&self) -> MutexGuard<'_, Option<(i64, AuthState)>> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Brings the cached state up to date with this connection's own
+    /// committed write of the rows that differ between `before` and
+    /// `after` (the same rows [`Self::write_state_diff`] wrote). Its own
+    /// writes do not move the connection's `data_version`, so without
+    /// this the cache would miss them; another connection's commit does
+    /// move it, and the next read sees that. Each written value is read
+    /// back from the text that went into the row, exactly as
+    /// [`Self::read_state`] would; a change of the top-level fields (rare:
+    /// `version`, fields of other subsystems) drops the cache instead.
+    fn patch_seen(&self, before: &AuthState, after: &AuthState) {
+        let mut seen = self.seen();
+        let Some((_, cached)) = seen.as_mut() else {
+            return;
+        };
+        if before.version != after.version || before.extra != after.extra {
+            *seen = None;
+            return;
+        }
+        patch_rows(&mut cached.usage_stats, &before.usage_stats, &after.usage_stats, |k, v| {
+            self.parse("usage stats of", k, &to_text(v))
+        });
+        patch_rows(&mut cached.order, &before.order, &after.order, |k, v| {
+            self.parse("order of", k, &to_text(v))
+        });
+        patch_rows(&mut cached.last_good, &before.last_good, &after.last_good, |_, v| {
+            Some(v.clone())
+        });
     }
 
     fn err(&self, op: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
@@ -250,6 +294,9 @@ impl SqliteStore {
             UNION ALL SELECT 1, profile, stats FROM usage_stats \
             UNION ALL SELECT 2, provider, profile FROM last_good \
             UNION ALL SELECT 3, provider, profiles FROM provider_order";
+        #[cfg(test)]
+        self.state_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut st = AuthState::default();
         let mut q = conn.prepare_cached(ALL).map_err(self.err("read"))?;
         let mut rows = q.query([]).map_err(self.err("read"))?;
@@ -345,6 +392,30 @@ fn to_text<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("state serialises")
 }
 
+/// Applies to `cached` the rows [`diff_rows`] writes for `before` and
+/// `after`, each value as `read_back` reads its row (`None`: the row does
+/// not read, as [`SqliteStore::read_state`] would skip it).
+fn patch_rows<V: PartialEq>(
+    cached: &mut BTreeMap<String, V>,
+    before: &BTreeMap<String, V>,
+    after: &BTreeMap<String, V>,
+    read_back: impl Fn(&str, &V) -> Option<V>,
+) {
+    for (k, v) in after {
+        if before.get(k) != Some(v) {
+            match read_back(k, v) {
+                Some(v) => cached.insert(k.clone(), v),
+                None => cached.remove(k),
+            };
+        }
+    }
+    for k in before.keys() {
+        if !after.contains_key(k) {
+            cached.remove(k);
+        }
+    }
+}
+
 /// Writes the rows of `table` that differ between `before` and `after`.
 fn diff_rows<V: PartialEq>(
     tx: &Connection,
@@ -430,11 +501,16 @@ impl SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.err("begin"))?;
-        if let Some((id, provider, pf)) = profile {
-            self.profile_in(&tx, id, provider, pf)?;
-        }
+        let written = match profile {
+            Some((id, provider, pf)) => self.profile_in(&tx, id, provider, pf)?,
+            None => None,
+        };
         self.session_in(&tx, key, f)?;
-        tx.commit().map_err(self.err("commit"))
+        tx.commit().map_err(self.err("commit"))?;
+        if let Some((before, after)) = written {
+            self.patch_seen(&before, &after);
+        }
+        Ok(())
     }
 
     fn session_in(
@@ -466,8 +542,12 @@ impl SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.err("begin"))?;
-        self.profile_in(&tx, profile_id, provider, f)?;
-        tx.commit().map_err(self.err("commit"))
+        let written = self.profile_in(&tx, profile_id, provider, f)?;
+        tx.commit().map_err(self.err("commit"))?;
+        if let Some((before, after)) = written {
+            self.patch_seen(&before, &after);
+        }
+        Ok(())
     }
 
     fn profile_in(
@@ -476,7 +556,7 @@ impl SqliteStore {
         profile_id: &str,
         provider: &str,
         f: &mut dyn FnMut(&mut AuthState),
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<(AuthState, AuthState)>, StoreError> {
         let mut before = AuthState::default();
         let stats: Option<String> = tx
             .prepare_cached("SELECT stats FROM usage_stats WHERE profile = ?1")
@@ -506,10 +586,11 @@ impl SqliteStore {
         base.order = after.order.clone();
         base.extra = after.extra.clone();
         base.version = after.version;
-        if base != after {
-            self.write_state_diff(tx, &base, &after)?;
+        if base == after {
+            return Ok(None);
         }
-        Ok(())
+        self.write_state_diff(tx, &base, &after)?;
+        Ok(Some((base, after)))
     }
 }
 
@@ -525,9 +606,30 @@ impl Store for SqliteStore {
         self.files.load_profiles()
     }
 
+    /// The routing state, read again only when another connection (a
+    /// process, or another handle on the same file) committed since this
+    /// connection last read it: SQLite's `PRAGMA data_version` says so
+    /// from the WAL index, in one statement, where reading the four tables
+    /// and parsing every profile's row cost the gateway ~7,000
+    /// instructions and 5–10 µs per run (benches/README.md, "Gateway").
+    /// This connection's own writes keep the copy current
+    /// (`patch_seen`). A version read before a concurrent commit
+    /// can label a newer copy, which costs one more read, never a stale one.
     fn load_state(&self) -> Result<AuthState, StoreError> {
         let conn = self.conn();
-        self.read_state(&conn)
+        let version: i64 = conn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut q| q.query_row([], |r| r.get(0)))
+            .map_err(self.err("read"))?;
+        let mut seen = self.seen();
+        if let Some((v, s)) = &*seen {
+            if *v == version {
+                return Ok(s.clone());
+            }
+        }
+        let s = self.read_state(&conn)?;
+        *seen = Some((version, s.clone()));
+        Ok(s)
     }
 
     fn load_sessions(&self) -> Result<SessionStore, StoreError> {
@@ -552,10 +654,13 @@ impl Store for SqliteStore {
         let before = self.read_state(&tx)?;
         let mut after = before.clone();
         f(&mut after);
-        if after != before {
-            self.write_state_diff(&tx, &before, &after)?;
+        if after == before {
+            return tx.commit().map_err(self.err("commit"));
         }
-        tx.commit().map_err(self.err("commit"))
+        self.write_state_diff(&tx, &before, &after)?;
+        tx.commit().map_err(self.err("commit"))?;
+        self.patch_seen(&before, &after);
+        Ok(())
     }
 
     fn update_sessions_dyn(&self, f: &mut dyn FnMut(&mut SessionStore)) -> Result<(), StoreError> {
@@ -650,6 +755,101 @@ impl AsyncStore for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        std::env::temp_dir().join(format!(
+            "failover-sqlite-{name}-{}-{nanos}",
+            std::process::id()
+        ))
+    }
+
+    fn reads(s: &SqliteStore) -> usize {
+        s.state_reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// What the tables hold now, read past the cache.
+    fn fresh(s: &SqliteStore) -> AuthState {
+        let conn = s.conn();
+        s.read_state(&conn).unwrap()
+    }
+
+    fn stats(last_used: u64) -> UsageStats {
+        UsageStats {
+            last_used: Some(last_used),
+            ..Default::default()
+        }
+    }
+
+    /// The routing state is read once and served again while no other
+    /// connection commits; the handle's own edits (per record, whole
+    /// document, removals, the top-level fields) keep the copy equal to
+    /// the tables.
+    #[test]
+    fn the_state_is_read_again_only_after_another_connection_commits() {
+        let dir = temp("seen");
+        let a = SqliteStore::open(&dir, "main").unwrap();
+        let first = Store::load_state(&a).unwrap();
+        let n = reads(&a);
+        assert_eq!(Store::load_state(&a).unwrap(), first);
+        assert_eq!(reads(&a), n, "served again, not read");
+
+        // Own edits: the copy follows without a read.
+        a.update_profile_sync("openai:a", "openai", &mut |s| {
+            s.usage_stats.insert("openai:a".into(), stats(1));
+            s.last_good.insert("openai".into(), "openai:a".into());
+        })
+        .unwrap();
+        a.update_state_dyn(&mut |s| {
+            s.usage_stats.insert("openai:b".into(), stats(2));
+            s.order.insert("openai".into(), vec!["openai:b".into()]);
+        })
+        .unwrap();
+        let mut edit = |s: &mut AuthState| {
+            s.usage_stats.insert("openai:b".into(), stats(3));
+        };
+        a.update_success_sync(Some(("openai:b", "openai", &mut edit)), "s1", &mut |_| {})
+            .unwrap();
+        a.update_state_dyn(&mut |s| {
+            s.usage_stats.remove("openai:a");
+            s.last_good.clear();
+        })
+        .unwrap();
+        let before = reads(&a);
+        let served = Store::load_state(&a).unwrap();
+        assert_eq!(reads(&a), before, "own edits need no read");
+        assert_eq!(served, fresh(&a));
+        assert_eq!(served.usage_stats.get("openai:b"), Some(&stats(3)));
+        assert!(!served.usage_stats.contains_key("openai:a"));
+        assert!(served.last_good.is_empty());
+
+        // A top-level field changed: the copy is dropped, the next load
+        // reads.
+        a.update_state_dyn(&mut |s| {
+            s.extra.insert("other".into(), serde_json::json!({"k": 1}));
+        })
+        .unwrap();
+        let before = reads(&a);
+        assert_eq!(Store::load_state(&a).unwrap(), fresh(&a));
+        assert_eq!(reads(&a), before + 2, "one load and the check's own");
+
+        // Another connection's commit (another process, or another handle
+        // on the file) is seen at the next load.
+        let b = SqliteStore::open(&dir, "main").unwrap();
+        b.update_profile_sync("openai:b", "openai", &mut |s| {
+            s.usage_stats.insert("openai:b".into(), stats(4));
+        })
+        .unwrap();
+        let before = reads(&a);
+        let seen = Store::load_state(&a).unwrap();
+        assert_eq!(reads(&a), before + 1);
+        assert_eq!(seen.usage_stats.get("openai:b"), Some(&stats(4)));
+        assert_eq!(seen, fresh(&a));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// Eight handles opening one new database at once (processes or
     /// gateway tasks starting together) all open it: the WAL switch that
