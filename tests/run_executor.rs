@@ -878,3 +878,41 @@ async fn r11_1_on_the_file_store() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// R6.2, R7.4 (a success marks the profile used for the round-robin and
+// resets its error count), deferred: a run asked to hand the success record back writes everything
+// else as before (the failed primary's cooldown, the session and its
+// notice) and leaves the record to `Runner::settle`, which writes the same
+// record a run without deferral writes.
+#[tokio::test(start_paused = true)]
+async fn deferred_success_record_is_written_by_settle() {
+    let script = || Script::default().on("anthropic/claude", vec![http(429, "Too many requests")]);
+    let plain = setup(BASIC, KEYS);
+    let s = script();
+    let out = plain.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(out.deferred, None, "not asked to defer");
+    let written = plain.stats("openai:default");
+    assert!(written.last_used.is_some());
+
+    let h = setup(BASIC, KEYS);
+    let mut r = req();
+    r.defer_success_record = true;
+    let s = script();
+    let out = h.runner.run(&r, s.f()).await.unwrap();
+    assert_eq!(out.model_ref(), "openai/gpt");
+    let d = out.deferred.clone().expect("a profile answered");
+    assert_eq!(
+        (d.profile_id.as_str(), d.provider.as_str(), d.model.as_str()),
+        ("openai:default", "openai", "gpt")
+    );
+    assert_eq!(h.stats("openai:default").last_used, None, "not yet written");
+    assert_eq!(
+        h.stats("anthropic:default").cooldown_until,
+        Some(T0 + MINUTE_MS),
+        "the failure is recorded at once"
+    );
+    assert_eq!(out.notices.len(), 1, "the session is settled at once");
+    assert_eq!(h.entry("s1").model_override.as_deref(), Some("gpt"));
+    h.runner.settle(d).await.unwrap();
+    assert_eq!(h.stats("openai:default"), written);
+}

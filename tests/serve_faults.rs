@@ -580,3 +580,47 @@ async fn same_protocol_answers_pass_through_and_a_non_json_200_falls_back() {
     assert_eq!(r.header("x-failover-attempts").as_deref(), Some("2"));
     gw.stop().await;
 }
+
+// SPEC R6.2: the success record of a request without `x-session-id` (the
+// profile's `lastUsed`, which orders the round-robin) is written after the
+// answer has gone out, not lost; with a session it is written before, in
+// the session's own transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r6_2_success_record_without_a_session_is_written_after_the_answer() {
+    let gw = Gw::start("deferred-record", Setup::default()).await;
+    gw.prim.always(ok_openai("ok"));
+    let before = now_ms();
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.header("x-failover-profile").as_deref(),
+        Some("prim:default")
+    );
+    eventually("the success record", || {
+        gw.usage("prim:default")["lastUsed"]
+            .as_u64()
+            .is_some_and(|t| t >= before)
+    })
+    .await;
+    let with_session = now_ms() + 1;
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let r = gw.openai(chat("prim/model-a"), Some("s-record")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let used = gw.usage("prim:default")["lastUsed"].as_u64().unwrap();
+    assert!(used >= with_session, "written before the answer: {used}");
+    // A drain right after an answer: its record is written before the
+    // gateway stops (the ones before it are older by the pause).
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let last = now_ms();
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let dir = gw.dir.clone();
+    let mut gw = gw;
+    gw.running.take().unwrap().shutdown().await;
+    let (docs, _) = failover::store::open_docs(None, &dir.join("state"), "main").unwrap();
+    let used = docs.load_state().unwrap().usage_stats["prim:default"]
+        .last_used
+        .unwrap();
+    assert!(used >= last, "the last answer's record: {used} < {last}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -829,7 +829,16 @@ impl Runner {
                         walk.attempts.push(record);
                         return self
                             .succeed(
-                                value, key, &cand, &selected, profile_id, &pin, user_owned, walk, i,
+                                value,
+                                key,
+                                &cand,
+                                &selected,
+                                profile_id,
+                                &pin,
+                                user_owned,
+                                walk,
+                                i,
+                                request.defer_success_record,
                             )
                             .await;
                     }
@@ -1042,6 +1051,7 @@ impl Runner {
         user_owned: bool,
         mut walk: Walk,
         position: usize,
+        defer: bool,
     ) -> Result<RunOutput<T>, RunError> {
         let now = self.now_ms();
         let store: &dyn AsyncStore = self.store.as_ref();
@@ -1105,12 +1115,21 @@ impl Runner {
                 record_success(s, id, p, Some(m), now);
             }
         };
+        let deferred = match profile_id {
+            Some(id) if defer => Some(DeferredSuccess {
+                profile_id: id.clone(),
+                provider: p.into(),
+                model: m.into(),
+                at_ms: now,
+            }),
+            _ => None,
+        };
+        let recorded = match profile_id {
+            Some(id) if deferred.is_none() => Some((id.as_str(), p, &mut record as _)),
+            _ => None,
+        };
         store
-            .update_success(
-                profile_id.as_deref().map(|id| (id, p, &mut record as _)),
-                key,
-                &mut |e| notice = settle(e),
-            )
+            .update_success(recorded, key, &mut |e| notice = settle(e))
             .await?;
         walk.decide(Decision {
             decision: DecisionKind::CandidateSucceeded,
@@ -1129,6 +1148,7 @@ impl Runner {
             attempts: walk.attempts,
             decisions: walk.decisions,
             notices: notice.into_iter().collect(),
+            deferred,
         })
     }
 }

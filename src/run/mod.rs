@@ -74,7 +74,7 @@ pub use retry::{
 pub use time::{Sleep, Sleeper, TokioClock, TokioSleeper, VirtualSleeper};
 pub(crate) use types::error_body_message;
 pub use types::{
-    Attempt, AttemptError, AttemptOutcome, AttemptRecord, Decision, DecisionKind,
+    Attempt, AttemptError, AttemptOutcome, AttemptRecord, Decision, DecisionKind, DeferredSuccess,
     FallbackSummaryError, Notice, ProviderFailure, RunError, RunOutput, StepOutcome, SurfacedError,
 };
 
@@ -144,6 +144,15 @@ pub struct RunRequest {
     /// direct auto override whose origin is no longer the configured
     /// default (R3.2).
     pub heartbeat: bool,
+    /// Hand the answering profile's success record (its `lastUsed`, R6.2,
+    /// and error-count reset, R7.4) back in [`RunOutput::deferred`] instead of
+    /// writing it before the run returns, for the caller to write with
+    /// [`Runner::settle`] once it has answered. Meant for runs without a
+    /// session to persist (the gateway's requests without `x-session-id`),
+    /// where the record is the run's only write: with a session, the
+    /// session is still settled before the run returns, and the record
+    /// and the session are then two writes instead of one atomic step.
+    pub defer_success_record: bool,
 }
 
 impl RunRequest {
@@ -310,6 +319,24 @@ impl Runner {
     /// Now, by the runner's clock (epoch ms).
     pub fn now_ms(&self) -> u64 {
         self.clock.now_ms()
+    }
+
+    /// Writes a success record that a run with
+    /// [`RunRequest::defer_success_record`] handed back: the same edit the
+    /// run would have made (`record_success` at the time of the answer),
+    /// applied to the profile's latest record.
+    pub async fn settle(&self, deferred: DeferredSuccess) -> Result<(), StoreError> {
+        let DeferredSuccess {
+            profile_id,
+            provider,
+            model,
+            at_ms,
+        } = deferred;
+        self.store
+            .update_profile(&profile_id, &provider, &mut |s| {
+                crate::auth::record_success(s, &profile_id, &provider, Some(&model), at_ms)
+            })
+            .await
     }
 
     fn shared(&self) -> MutexGuard<'_, Shared> {

@@ -472,6 +472,26 @@ pub struct RunOutput<T> {
     pub decisions: Vec<Decision>,
     /// Operational messages, separate from `value` (R13.3).
     pub notices: Vec<Notice>,
+    /// The success record still to write, when the run was asked to defer
+    /// it ([`super::RunRequest::defer_success_record`]) and a profile
+    /// answered: pass it to [`super::Runner::settle`].
+    pub deferred: Option<DeferredSuccess>,
+}
+
+/// A profile's success, not yet written (see
+/// [`super::RunRequest::defer_success_record`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+#[must_use = "a deferred success record is lost unless it is passed to Runner::settle"]
+pub struct DeferredSuccess {
+    /// The profile that answered.
+    pub profile_id: String,
+    /// Its provider.
+    pub provider: String,
+    /// The model that answered.
+    pub model: String,
+    /// When it answered (epoch ms, the runner's clock).
+    pub at_ms: u64,
 }
 
 impl<T> RunOutput<T> {

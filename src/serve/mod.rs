@@ -50,7 +50,7 @@ pub mod upstream;
 pub mod upstreams;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -128,6 +128,49 @@ pub struct Gateway {
     anonymous: AtomicU64,
     /// Upstream pools per set: one per worker.
     lanes: usize,
+    /// Success records being written after their answers went out.
+    settling: Arc<Settling>,
+}
+
+/// The success records of requests without a session, written after the
+/// answer (`RunRequest::defer_success_record`): the client does not wait
+/// for the state write (the largest single step of a request on a keyed
+/// profile, benches/README.md "Gateway"), and a drain waits for them.
+#[derive(Debug, Default)]
+struct Settling {
+    writing: AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+/// One record being written; dropped when it is done.
+struct SettleGuard(Arc<Settling>);
+
+impl Settling {
+    fn start(self: &Arc<Self>) -> SettleGuard {
+        self.writing.fetch_add(1, Ordering::SeqCst);
+        SettleGuard(self.clone())
+    }
+
+    /// Returns when no record is being written.
+    async fn idle(&self) {
+        loop {
+            let woken = self.idle.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.writing.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            woken.await;
+        }
+    }
+}
+
+impl Drop for SettleGuard {
+    fn drop(&mut self) {
+        if self.0.writing.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 impl Gateway {
@@ -155,6 +198,7 @@ impl Gateway {
             shutting_down: AtomicBool::new(false),
             anonymous: AtomicU64::new(0),
             lanes,
+            settling: Arc::default(),
         }))
     }
 
@@ -483,6 +527,9 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
             },
         };
         let anonymous = session.is_none();
+        // Nothing of the session to settle: the profile's record is written
+        // after the answer (see `Settling`).
+        run_req.defer_success_record = anonymous;
         run_req.session = session.unwrap_or_else(|| {
             format!(
                 "{EPHEMERAL_PREFIX}{}",
@@ -520,13 +567,25 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
             .unwrap_or_else(|e| e.attempts()),
     );
     match out {
-        Ok(o) => {
+        Ok(mut o) => {
+            let deferred = o.deferred.take();
             if o.attempts.len() > 1 {
                 gw.metrics.fallback();
             }
             gw.metrics.request(protocol.name(), "ok");
             log_request(protocol, 200, Some(&o.model_ref()), o.attempts.len(), t0);
+            let settle = deferred.map(|d| (d, runner.clone(), gw.settling.start()));
             let mut resp = success(&gw, &set, protocol, &req, runner, o, permit);
+            if let Some((d, runner, guard)) = settle {
+                // Spawned now, polled after this task has handed the
+                // answer to the connection.
+                tokio::spawn(async move {
+                    if let Err(e) = runner.settle(d).await {
+                        tracing::warn!(target: "failover::serve", error = %e, "success record not written");
+                    }
+                    drop(guard);
+                });
+            }
             // Time inside the gateway before the response head, without
             // the waits on upstreams (LiteLLM's overhead header, in µs).
             let own = (t0.elapsed().as_micros() as u64).saturating_sub(waited_us);
@@ -849,7 +908,7 @@ pub async fn start(opts: Options) -> Result<Running, String> {
     let (stop, stopped) = tokio::sync::watch::channel(0u8);
     let app = gateway.router();
     let server = if opts.workers == 0 {
-        tokio::spawn(serve_until(listener, app, stopped))
+        tokio::spawn(serve_until(listener, app, stopped, gateway.settling.clone()))
     } else {
         let shared = listener
             .into_std()
@@ -858,7 +917,15 @@ pub async fn start(opts: Options) -> Result<Running, String> {
         for lane in 0..opts.workers {
             let worker = shared
                 .try_clone()
-                .and_then(|l| spawn_worker(lane, l, app.clone(), stopped.clone()))
+                .and_then(|l| {
+                    spawn_worker(
+                        lane,
+                        l,
+                        app.clone(),
+                        stopped.clone(),
+                        gateway.settling.clone(),
+                    )
+                })
                 .map_err(|e| format!("error: cannot start worker {lane}: {e}"))?;
             done.push(worker);
         }
@@ -915,6 +982,7 @@ async fn serve_until(
     listener: tokio::net::TcpListener,
     app: Router,
     stop: tokio::sync::watch::Receiver<u8>,
+    settling: Arc<Settling>,
 ) {
     let mut conns = tokio::task::JoinSet::new();
     let mut drain = stop.clone();
@@ -939,7 +1007,12 @@ async fn serve_until(
     drop(listener);
     let mut dropped = stop;
     tokio::select! {
-        _ = async { while conns.join_next().await.is_some() {} } => {}
+        _ = async {
+            while conns.join_next().await.is_some() {}
+            // The last answers' success records (this worker's and the
+            // others': a runtime that stops drops its tasks).
+            settling.idle().await;
+        } => {}
         _ = reached(&mut dropped, DROP) => {}
     }
 }
@@ -993,6 +1066,7 @@ fn spawn_worker(
     listener: std::net::TcpListener,
     app: Router,
     stop: tokio::sync::watch::Receiver<u8>,
+    settling: Arc<Settling>,
 ) -> std::io::Result<tokio::sync::oneshot::Receiver<()>> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -1007,7 +1081,7 @@ fn spawn_worker(
             LANE.with(|l| l.set(lane));
             let task = rt.spawn(async move {
                 match tokio::net::TcpListener::from_std(listener) {
-                    Ok(l) => serve_until(l, app, stop).await,
+                    Ok(l) => serve_until(l, app, stop, settling).await,
                     Err(e) => {
                         tracing::error!(target: "failover::serve", worker = lane, error = %e, "worker cannot listen")
                     }
@@ -1026,8 +1100,9 @@ pub const WATCH_INTERVAL: Duration = Duration::from_millis(500);
 
 impl Running {
     /// Graceful shutdown: stop accepting, let in-flight requests finish
-    /// within the grace period, then drop what is left. State needs no
-    /// flush: every store update is durable when it returns.
+    /// within the grace period, then drop what is left. Every store update
+    /// is durable when it returns; the success records written after their
+    /// answers are waited for within the same grace period.
     pub async fn shutdown(mut self) {
         self.gateway.shutting_down.store(true, Ordering::SeqCst);
         if let Some(w) = self.watcher.take() {
@@ -1129,4 +1204,32 @@ pub fn main(opts: Options) -> i32 {
         running.shutdown().await;
         0
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A drain waits for every record being written, and not longer.
+    #[tokio::test(start_paused = true)]
+    async fn settling_is_idle_when_the_last_record_is_written() {
+        let s = Arc::new(Settling::default());
+        tokio::time::timeout(Duration::from_secs(1), s.idle())
+            .await
+            .expect("idle with nothing written");
+        let (a, b) = (s.start(), s.start());
+        let waiting = tokio::spawn({
+            let s = s.clone();
+            async move { s.idle().await }
+        });
+        tokio::task::yield_now().await;
+        drop(a);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "one record is still being written");
+        drop(b);
+        tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("idle once both are written")
+            .unwrap();
+    }
 }
