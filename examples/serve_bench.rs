@@ -1,7 +1,9 @@
 //! Load tool for `failover serve` (benches/README.md, "Gateway").
 //!
 //! `cargo build --release && cargo run --release --example serve_bench [SECONDS] [WORKERS]`
-//! (`WORKERS` is passed to `serve --workers`; default: one per core)
+//! (`WORKERS` is passed to `serve --workers`; default: one per core;
+//! `FAILOVER_BIN` runs another build of the gateway instead of
+//! `target/release/failover`, for an A/B comparison)
 //!
 //! Starts an instant upstream on 127.0.0.1 (fixed answers, no parsing),
 //! runs the release `failover serve` binary as its own process in front of
@@ -58,7 +60,13 @@ struct Lat {
     own: Vec<u64>,
 }
 
-async fn sequential(http: &reqwest::Client, url: &str, model: &str, n: usize) -> Lat {
+async fn sequential(
+    http: &reqwest::Client,
+    url: &str,
+    model: &str,
+    session: Option<&str>,
+    n: usize,
+) -> Lat {
     let body = BODY.replace("MODEL", model);
     let mut out = Lat {
         e2e: Vec::with_capacity(n),
@@ -66,13 +74,14 @@ async fn sequential(http: &reqwest::Client, url: &str, model: &str, n: usize) ->
     };
     for _ in 0..n {
         let t = Instant::now();
-        let r = http
+        let mut q = http
             .post(url)
             .header("content-type", "application/json")
-            .body(body.clone())
-            .send()
-            .await
-            .unwrap();
+            .body(body.clone());
+        if let Some(s) = session {
+            q = q.header("x-session-id", s);
+        }
+        let r = q.send().await.unwrap();
         let own = r
             .headers()
             .get("x-failover-overhead-us")
@@ -172,13 +181,18 @@ async fn main() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let bin = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("failover");
+    // `FAILOVER_BIN=/path/to/failover` times another build (an A/B run).
+    let bin = std::env::var_os("FAILOVER_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::current_exe()
+                .unwrap()
+                .parent()
+                .unwrap()
+                .parent()
+                .unwrap()
+                .join("failover")
+        });
     let mut child = std::process::Command::new(bin)
         .arg("serve")
         .args(workers.iter().flat_map(|w| ["--workers", w.as_str()]))
@@ -206,13 +220,13 @@ async fn main() {
     let direct_fail = format!("http://{up}/fail/v1/chat/completions");
     let pid = child.id();
     // Warm-up: connections, caches, allocator.
-    sequential(&http, &gw, "local/m", 500).await;
-    sequential(&http, &direct_ok, "m", 500).await;
+    sequential(&http, &gw, "local/m", None, 500).await;
+    sequential(&http, &direct_ok, "m", None, 500).await;
     let rss0 = rss_kb(pid);
 
     let n = 3000;
-    let mut d = sequential(&http, &direct_ok, "m", n).await;
-    let mut g = sequential(&http, &gw, "local/m", n).await;
+    let mut d = sequential(&http, &direct_ok, "m", None, n).await;
+    let mut g = sequential(&http, &gw, "local/m", None, n).await;
     let (d50, d99) = (pct(&mut d.e2e, 0.5), pct(&mut d.e2e, 0.99));
     let (g50, g99) = (pct(&mut g.e2e, 0.5), pct(&mut g.e2e, 0.99));
     let (o50, o99) = (pct(&mut g.own, 0.5), pct(&mut g.own, 0.99));
@@ -234,7 +248,7 @@ async fn main() {
         }
         two.push(t.elapsed().as_micros() as u64);
     }
-    let mut f = sequential(&http, &gw, "once", n).await;
+    let mut f = sequential(&http, &gw, "once", None, n).await;
     let (t50, f50, f99) = (
         pct(&mut two, 0.5),
         pct(&mut f.e2e, 0.5),
@@ -242,13 +256,17 @@ async fn main() {
     );
     println!("failover once: two direct round trips p50 {t50} µs; through the gateway p50 {f50} µs p99 {f99} µs; added p50 {} µs", f50.saturating_sub(t50));
 
-    let mut k = sequential(&http, &gw, "keyed", 1000).await;
-    println!(
-        "keyed profile (state written per success) p50 {} µs  p99 {} µs  in-gateway p50 {} µs",
-        pct(&mut k.e2e, 0.5),
-        pct(&mut k.e2e, 0.99),
-        pct(&mut k.own, 0.5)
-    );
+    // Without a session the success record is written after the answer;
+    // with one, it and the session are one transaction before it.
+    for (session, what) in [(None, "no session"), (Some("bench"), "x-session-id")] {
+        let mut k = sequential(&http, &gw, "keyed", session, 1000).await;
+        println!(
+            "keyed profile (state written per success), {what}: p50 {} µs  p99 {} µs  in-gateway p50 {} µs",
+            pct(&mut k.e2e, 0.5),
+            pct(&mut k.e2e, 0.99),
+            pct(&mut k.own, 0.5)
+        );
+    }
 
     let max = Duration::from_secs(secs);
     let (n1, rps, fail) = concurrent(&gw, "local/m", 64, 1_000_000, max).await;
@@ -350,9 +368,9 @@ async fn side_by_side(
         return;
     }
     let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
-    sequential(&http, &url, "local/m", 200).await;
+    sequential(&http, &url, "local/m", None, 200).await;
     let n = 1000;
-    let mut l = sequential(&http, &url, "local/m", n).await;
+    let mut l = sequential(&http, &url, "local/m", None, n).await;
     let (l50, l99) = (pct(&mut l.e2e, 0.5), pct(&mut l.e2e, 0.99));
     let probe = http
         .post(&url)
@@ -362,7 +380,7 @@ async fn side_by_side(
         .await
         .map(|r| r.status().as_u16());
     println!("LiteLLM 'once' (404 upstream, fallback configured) answers {probe:?}");
-    let mut lf = sequential(&http, &url, "once", n / 2).await;
+    let mut lf = sequential(&http, &url, "once", None, n / 2).await;
     let lf50 = pct(&mut lf.e2e, 0.5);
     let (_, lrps, lfail) =
         concurrent(&url, "local/m", 64, 1_000_000, Duration::from_secs(secs)).await;
