@@ -577,8 +577,8 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
             let settle = deferred.map(|d| (d, runner.clone(), gw.settling.start()));
             let mut resp = success(&gw, &set, protocol, &req, runner, o, permit);
             if let Some((d, runner, guard)) = settle {
-                // Spawned now, polled after this task has handed the
-                // answer to the connection.
+                // Runs once this task yields: hyper writes the answer in
+                // the same poll that receives it, so normally before.
                 tokio::spawn(async move {
                     if let Err(e) = runner.settle(d).await {
                         tracing::warn!(target: "failover::serve", error = %e, "success record not written");
