@@ -16,8 +16,9 @@
 //! * [`record_failure`] / [`record_success`] — the cooldown and disable
 //!   arithmetic (R7, R8, R16.4–R16.6), driven by each reason's declared
 //!   [`ReasonBehaviour`](crate::compile::ReasonBehaviour), never its name.
-//! * [`is_available`], [`block_for`], [`soonest_expiry`] — the questions
-//!   the executor asks before trying or skipping a candidate (R10, R14);
+//! * [`is_available`], [`block_for`], [`ProfileOrder::soonest_expiry`] —
+//!   the questions the executor asks before trying or skipping a candidate
+//!   (R10, R14);
 //!   [`probe_window_open`], [`disabled_probe_allowed`],
 //!   [`probe_uses_transient_slot`], [`ProbeThrottle`] — when a blocked
 //!   primary may be probed anyway (R16.1–R16.3).
