@@ -880,10 +880,11 @@ async fn r11_1_on_the_file_store() {
 }
 
 // R6.2, R7.4 (a success marks the profile used for the round-robin and
-// resets its error count), deferred: a run asked to hand the success record back writes everything
-// else as before (the failed primary's cooldown, the session and its
-// notice) and leaves the record to `Runner::settle`, which writes the same
-// record a run without deferral writes.
+// resets its error count), deferred: a run asked to hand the success
+// record back writes everything else as before (the failed primary's
+// cooldown, the session and its notice) and leaves the record to
+// `Runner::settle`, which writes the same record a run without deferral
+// writes.
 #[tokio::test(start_paused = true)]
 async fn deferred_success_record_is_written_by_settle() {
     let script = || Script::default().on("anthropic/claude", vec![http(429, "Too many requests")]);
