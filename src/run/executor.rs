@@ -1115,18 +1115,18 @@ impl Runner {
                 record_success(s, id, p, Some(m), now);
             }
         };
-        let deferred = match profile_id {
-            Some(id) if defer => Some(DeferredSuccess {
-                profile_id: id.clone(),
-                provider: p.into(),
-                model: m.into(),
-                at_ms: now,
-            }),
-            _ => None,
-        };
-        let recorded = match profile_id {
-            Some(id) if deferred.is_none() => Some((id.as_str(), p, &mut record as _)),
-            _ => None,
+        let (recorded, deferred) = match profile_id {
+            Some(id) if defer => (
+                None,
+                Some(DeferredSuccess {
+                    profile_id: id.clone(),
+                    provider: p.into(),
+                    model: m.into(),
+                    at_ms: now,
+                }),
+            ),
+            Some(id) => (Some((id.as_str(), p, &mut record as _)), None),
+            None => (None, None),
         };
         store
             .update_success(recorded, key, &mut |e| notice = settle(e))

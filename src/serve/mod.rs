@@ -568,13 +568,16 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
     );
     match out {
         Ok(mut o) => {
-            let deferred = o.deferred.take();
+            // Taken before `success` consumes the output and the runner.
+            let settle = o
+                .deferred
+                .take()
+                .map(|d| (d, runner.clone(), gw.settling.start()));
             if o.attempts.len() > 1 {
                 gw.metrics.fallback();
             }
             gw.metrics.request(protocol.name(), "ok");
             log_request(protocol, 200, Some(&o.model_ref()), o.attempts.len(), t0);
-            let settle = deferred.map(|d| (d, runner.clone(), gw.settling.start()));
             let mut resp = success(&gw, &set, protocol, &req, runner, o, permit);
             if let Some((d, runner, guard)) = settle {
                 // Runs once this task yields: hyper writes the answer in
