@@ -3,7 +3,8 @@
 //! `cargo build --release && cargo run --release --example serve_bench [SECONDS] [WORKERS]`
 //! (`WORKERS` is passed to `serve --workers`; default: one per core;
 //! `FAILOVER_BIN` runs another build of the gateway instead of
-//! `target/release/failover`, for an A/B comparison)
+//! `target/release/failover`, for an A/B comparison, and `FAILOVER_BIN_B`
+//! adds a second build to the turns below, for an A/B in one run)
 //!
 //! Starts an instant upstream on 127.0.0.1 (fixed answers, no parsing),
 //! runs the release `failover serve` binary as its own process in front of
@@ -12,10 +13,15 @@
 //! - a direct call to the upstream vs the same call through the gateway
 //!   (p50/p99; the difference is the latency the gateway adds), and the
 //!   gateway's own `x-failover-overhead-us` (its time minus upstream waits);
+//! - the floor: the same call through a TCP relay and through an HTTP
+//!   relay (hyper, no JSON), each its own process (this program started
+//!   again), taking turns with the direct call and the gateway, with the
+//!   context switches each process made per request;
 //! - a request that fails over once (404 `model_not_found`, which cools
 //!   nothing, then the answer) vs its two direct round trips;
-//! - a provider with an API-key profile, whose every success is written to
-//!   `auth-state.json` (lock, write, fsync, rename);
+//! - a provider with an API-key profile, whose every success is recorded
+//!   in the state database (after the answer without `x-session-id`,
+//!   before it with one);
 //! - requests/s at 64 concurrent clients, and the gateway's RSS before and
 //!   after 100,000 requests.
 //!
@@ -53,6 +59,32 @@ fn rss_kb(pid: u32) -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// Context switches and migrations of every thread of `pid` so far.
+fn switches(pid: u32) -> (u64, u64) {
+    let mut out = (0, 0);
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let Ok(text) = std::fs::read_to_string(t.path().join("sched")) else {
+            continue;
+        };
+        for line in text.lines() {
+            let mut kv = line.split(':');
+            let (Some(k), Some(v)) = (kv.next(), kv.next()) else {
+                continue;
+            };
+            let v: u64 = v.trim().parse().unwrap_or(0);
+            match k.trim() {
+                "nr_switches" => out.0 += v,
+                "se.nr_migrations" => out.1 += v,
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 struct Lat {
@@ -138,8 +170,161 @@ async fn concurrent(
     (n, n as f64 / secs, failed.load(Ordering::Relaxed))
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 1)]
-async fn main() {
+/// The least a proxy process can add on this host: the same keep-alive
+/// request through a relay that is its own process in front of the same
+/// upstream, and does nothing else. `tcp` copies bytes both ways (one
+/// upstream connection per client connection, no HTTP parsing); `http`
+/// parses the request, sends it on through hyper's pooled client (the
+/// gateway's stack) and passes the answer back, reading no JSON. Both run
+/// on one current-thread runtime, the cheapest for one client at a time.
+fn relay(kind: &str, upstream: std::net::SocketAddr, port: u16) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<http_body_util::Full<bytes::Bytes>>();
+        loop {
+            let Ok((mut inbound, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = inbound.set_nodelay(true);
+            if kind == "tcp" {
+                tokio::spawn(async move {
+                    let Ok(mut out) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let _ = out.set_nodelay(true);
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                });
+                continue;
+            }
+            let client = client.clone();
+            let svc =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let client = client.clone();
+                    async move {
+                        use http_body_util::BodyExt;
+                        let (parts, body) = req.into_parts();
+                        let body = body
+                            .collect()
+                            .await
+                            .map_err(std::io::Error::other)?
+                            .to_bytes();
+                        let uri = format!("http://{upstream}{}", parts.uri.path());
+                        let mut out = hyper::Request::post(uri)
+                            .body(http_body_util::Full::new(body))
+                            .unwrap();
+                        if let Some(ct) = parts.headers.get("content-type") {
+                            out.headers_mut().insert("content-type", ct.clone());
+                        }
+                        let answer = client.request(out).await.map_err(std::io::Error::other);
+                        let (parts, body) = answer?.into_parts();
+                        let body = body
+                            .collect()
+                            .await
+                            .map_err(std::io::Error::other)?
+                            .to_bytes();
+                        Ok::<_, std::io::Error>(hyper::Response::from_parts(
+                            parts,
+                            http_body_util::Full::new(body),
+                        ))
+                    }
+                });
+            tokio::spawn(async move {
+                let io = hyper_util::rt::TokioIo::new(inbound);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, svc)
+                    .await;
+            });
+        }
+    });
+}
+
+/// Starts this program again as a relay (see [`relay`]) and waits until it
+/// accepts connections.
+async fn start_relay(
+    kind: &str,
+    upstream: std::net::SocketAddr,
+    http: &reqwest::Client,
+) -> (std::process::Child, u16) {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["relay", kind, &upstream.to_string(), &port.to_string()])
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        let probe = http
+            .post(format!("http://127.0.0.1:{port}/ok/v1/chat/completions"))
+            .body(BODY)
+            .send()
+            .await;
+        if probe.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (child, port)
+}
+
+/// Starts `bin serve` on a free port with the bench's config and its own
+/// state directory under `dir`, and waits until it answers `/healthz`.
+async fn start_gateway(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    state: &str,
+    workers: Option<&str>,
+    http: &reqwest::Client,
+) -> (std::process::Child, u16) {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let child = std::process::Command::new(bin)
+        .arg("serve")
+        .args(workers.iter().flat_map(|w| ["--workers", w]))
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--config"])
+        .arg(dir.join("gateway.yaml"))
+        .arg("--state")
+        .arg(dir.join(state))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("build the release binary first: cargo build --release");
+    for _ in 0..100 {
+        let health = http
+            .get(format!("http://127.0.0.1:{port}/healthz"))
+            .send()
+            .await;
+        if health.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (child, port)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("relay") {
+        return relay(&args[2], args[3].parse().unwrap(), args[4].parse().unwrap());
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(bench());
+}
+
+async fn bench() {
     let secs: u64 = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())
@@ -177,10 +362,7 @@ async fn main() {
         "agents:\n  defaults:\n    model: {{ primary: local/m }}\n  list:\n    - id: once\n      model: {{ primary: broken/m, fallbacks: [local/m] }}\n    - id: keyed\n      model: {{ primary: keyed/m, fallbacks: [] }}\nmodels:\n  providers:\n    local: {{ baseUrl: 'http://{up}/ok/v1', api: openai-completions }}\n    keyed: {{ baseUrl: 'http://{up}/ok/v1', api: openai-completions }}\n    broken: {{ baseUrl: 'http://{up}/fail/v1', api: openai-completions }}\nserve: {{ maxConcurrentRequests: 4096 }}\n"
     );
     std::fs::write(dir.join("gateway.yaml"), cfg).unwrap();
-    let gw_port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let http = reqwest::Client::new();
     // `FAILOVER_BIN=/path/to/failover` times another build (an A/B run).
     let bin = std::env::var_os("FAILOVER_BIN")
         .map(std::path::PathBuf::from)
@@ -193,29 +375,8 @@ async fn main() {
                 .unwrap()
                 .join("failover")
         });
-    let mut child = std::process::Command::new(bin)
-        .arg("serve")
-        .args(workers.iter().flat_map(|w| ["--workers", w.as_str()]))
-        .args(["--listen", &format!("127.0.0.1:{gw_port}"), "--config"])
-        .arg(dir.join("gateway.yaml"))
-        .arg("--state")
-        .arg(dir.join("state"))
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("build the release binary first: cargo build --release");
+    let (mut child, gw_port) = start_gateway(&bin, &dir, "state", workers.as_deref(), &http).await;
     let gw = format!("http://127.0.0.1:{gw_port}/v1/chat/completions");
-    let http = reqwest::Client::new();
-    for _ in 0..100 {
-        if http
-            .get(format!("http://127.0.0.1:{gw_port}/healthz"))
-            .send()
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let direct_ok = format!("http://{up}/ok/v1/chat/completions");
     let direct_fail = format!("http://{up}/fail/v1/chat/completions");
     let pid = child.id();
@@ -239,6 +400,77 @@ async fn main() {
     );
     println!("in-gateway (header)    p50 {o50} µs  p99 {o99} µs");
 
+    // The floor: what a relay that does nothing else adds. The direct
+    // call, both relays and the gateway (and `FAILOVER_BIN_B`, a second
+    // build, when given) take turns in batches of 100, each round starting
+    // one route further on, so that all see the same minutes of this
+    // shared host and none always comes right after the same other.
+    let (tcp, tcp_port) = start_relay("tcp", up, &http).await;
+    let (hyp, hyp_port) = start_relay("http", up, &http).await;
+    let other = match std::env::var_os("FAILOVER_BIN_B") {
+        Some(b) => {
+            Some(start_gateway(b.as_ref(), &dir, "state-b", workers.as_deref(), &http).await)
+        }
+        None => None,
+    };
+    let relay_url = |port: u16| format!("http://127.0.0.1:{port}/ok/v1/chat/completions");
+    let mut routes: Vec<(&str, String, &str, Option<u32>)> = vec![
+        ("direct call", direct_ok.clone(), "m", None),
+        ("tcp relay", relay_url(tcp_port), "m", Some(tcp.id())),
+        ("http relay", relay_url(hyp_port), "m", Some(hyp.id())),
+        ("the gateway", gw.clone(), "local/m", Some(pid)),
+    ];
+    if let Some((b, port)) = &other {
+        let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
+        routes.push(("gateway B", url, "local/m", Some(b.id())));
+    }
+    let mut turns: Vec<Lat> = routes
+        .iter()
+        .map(|_| Lat {
+            e2e: Vec::with_capacity(n),
+            own: Vec::with_capacity(n),
+        })
+        .collect();
+    for (_, url, model, _) in &routes {
+        sequential(&http, url, model, None, 200).await;
+    }
+    let before: Vec<(u64, u64)> = routes
+        .iter()
+        .map(|r| r.3.map_or((0, 0), switches))
+        .collect();
+    for round in 0..n / 100 {
+        for k in 0..routes.len() {
+            let i = (round + k) % routes.len();
+            let (_, url, model, _) = &routes[i];
+            let mut l = sequential(&http, url, model, None, 100).await;
+            turns[i].e2e.append(&mut l.e2e);
+            turns[i].own.append(&mut l.own);
+        }
+    }
+    let base = pct(&mut turns[0].e2e, 0.5);
+    println!("in turns, 100 at a time, the direct call p50 {base} µs:");
+    for ((what, _, _, p), (t, b)) in routes.iter().zip(turns.iter_mut().zip(&before)).skip(1) {
+        let (p50, p99) = (pct(&mut t.e2e, 0.5), pct(&mut t.e2e, 0.99));
+        let (cs, mig) = p.map_or((0, 0), switches);
+        let own = match t.own.is_empty() {
+            true => String::new(),
+            false => format!("; in-gateway p50 {} µs", pct(&mut t.own, 0.5)),
+        };
+        println!(
+            "  {what:<12} p50 {p50} µs  p99 {p99} µs; adds p50 {} µs; {:.2} context switches, {:.2} migrations per request{own}",
+            p50.saturating_sub(base),
+            (cs - b.0) as f64 / n as f64,
+            (mig - b.1) as f64 / n as f64,
+        );
+    }
+    for mut process in [Some(tcp), Some(hyp), other.map(|o| o.0)]
+        .into_iter()
+        .flatten()
+    {
+        let _ = process.kill();
+        let _ = process.wait();
+    }
+
     let mut two = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
@@ -254,7 +486,11 @@ async fn main() {
         pct(&mut f.e2e, 0.5),
         pct(&mut f.e2e, 0.99),
     );
-    println!("failover once: two direct round trips p50 {t50} µs; through the gateway p50 {f50} µs p99 {f99} µs; added p50 {} µs", f50.saturating_sub(t50));
+    println!(
+        "failover once: two direct round trips p50 {t50} µs; through the gateway p50 {f50} µs p99 {f99} µs; added p50 {} µs; in-gateway p50 {} µs",
+        f50.saturating_sub(t50),
+        pct(&mut f.own, 0.5)
+    );
 
     // Without a session the success record is written after the answer;
     // with one, it and the session are one transaction before it.

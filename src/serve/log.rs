@@ -30,17 +30,24 @@ use tracing_subscriber::layer::{Context, Layer};
 use crate::store::civil_from_days;
 
 /// Where the lines go: a buffer that one thread of its own writes out in
-/// batches, so a request's worker never waits on the output; its only
-/// system call for its lines is the wake-up of the first line of a batch.
+/// batches, so a request's worker never waits on the output and, while
+/// lines keep coming, makes no system call for them at all.
 ///
 /// By hand rather than tracing-appender: that writer wakes its thread for
 /// every line (a futex wake each), and its thread spins on `sched_yield`
 /// between lines, which on a two-core machine takes the core from the
 /// workers (strace: 3.9 `sched_yield` and 5 `futex` calls per request).
-/// Here the first line into an empty buffer wakes the thread, which waits
-/// [`GATHER`] for more and writes them all in one `write(2)`. Nothing is
-/// dropped: a worker that finds [`MAX_PENDING`] bytes waiting blocks until
-/// the thread has taken them (back-pressure, not loss).
+/// Here the thread wakes itself: every [`GATHER`] it writes what came in
+/// one `write(2)`, and only after a whole `GATHER` with no line does it
+/// wait to be woken, by the next line. A worker's wake-up of the thread
+/// sits on the request's path (the line is pushed before the answer goes
+/// out) and, on these virtual machines, waking a thread on the other core
+/// cost the answer far more than the call itself: waking the thread for
+/// the first line of every batch, as this writer did before, added about
+/// 35–100 µs to the p50 of sequential requests (benches/README.md, "The
+/// log writer's wake-ups"). Nothing is dropped: a worker that finds
+/// [`MAX_PENDING`] bytes waiting blocks until the thread has taken them
+/// (back-pressure, not loss).
 #[derive(Clone)]
 pub struct Batched {
     shared: Arc<Shared>,
@@ -58,9 +65,18 @@ struct Shared {
 struct Pending {
     bytes: Vec<u8>,
     closed: bool,
+    /// The writer thread waits on `wake` (nothing came for a whole
+    /// [`GATHER`]): the next line must wake it.
+    parked: bool,
+    /// How often a worker woke the thread, and how often it went to wait.
+    #[cfg(test)]
+    wakes: usize,
+    #[cfg(test)]
+    parks: usize,
 }
 
-/// How long the writer thread gathers lines after the first one.
+/// How often the writer thread writes while lines keep coming, and how
+/// long it goes without a line before it waits to be woken.
 const GATHER: Duration = Duration::from_millis(2);
 /// Bytes waiting beyond which a worker waits for the writer.
 const MAX_PENDING: usize = 4 << 20;
@@ -105,25 +121,37 @@ impl Batched {
                 loop {
                     let mut p = lock(&s.pending);
                     while p.bytes.is_empty() && !p.closed {
+                        #[cfg(test)]
+                        {
+                            p.parks += usize::from(!p.parked);
+                        }
+                        p.parked = true;
                         p = s.wake.wait(p).unwrap_or_else(|e| e.into_inner());
                     }
+                    p.parked = false;
                     if p.bytes.is_empty() {
                         return; // closed, and everything written
                     }
-                    if !p.closed {
-                        // Gather what arrives in the next moment.
-                        drop(p);
-                        std::thread::sleep(GATHER);
-                        p = lock(&s.pending);
-                    }
-                    std::mem::swap(&mut p.bytes, &mut spare);
                     drop(p);
-                    s.room.notify_all();
-                    let _ = out.write_all(&spare);
-                    let _ = out.flush();
-                    spare.clear();
-                    if spare.capacity() > MAX_PENDING {
-                        spare = Vec::new();
+                    // While lines keep coming, one batch per GATHER, with
+                    // no wake-up from the workers.
+                    loop {
+                        if !lock(&s.pending).closed {
+                            std::thread::sleep(GATHER);
+                        }
+                        let mut p = lock(&s.pending);
+                        if p.bytes.is_empty() {
+                            break;
+                        }
+                        std::mem::swap(&mut p.bytes, &mut spare);
+                        drop(p);
+                        s.room.notify_all();
+                        let _ = out.write_all(&spare);
+                        let _ = out.flush();
+                        spare.clear();
+                        if spare.capacity() > MAX_PENDING {
+                            spare = Vec::new();
+                        }
                     }
                 }
             })?;
@@ -147,10 +175,14 @@ impl Batched {
                 .wait(p)
                 .unwrap_or_else(|e| e.into_inner());
         }
-        let first = p.bytes.is_empty();
+        let wake = p.parked && p.bytes.is_empty();
         p.bytes.extend_from_slice(line);
+        #[cfg(test)]
+        {
+            p.wakes += usize::from(wake);
+        }
         drop(p);
-        if first {
+        if wake {
             self.shared.wake.notify_one();
         }
     }
@@ -385,6 +417,50 @@ mod tests {
         tracing::subscriber::with_default(subscriber, f);
         let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
         text.lines().map(str::to_string).collect()
+    }
+
+    /// Polls `f` every millisecond, for at most five seconds.
+    fn eventually(mut f: impl FnMut() -> bool) -> bool {
+        (0..5_000).any(|_| {
+            f() || {
+                std::thread::sleep(Duration::from_millis(1));
+                false
+            }
+        })
+    }
+
+    // Workers wake the writer only when it waits for a line (never more
+    // wake-ups than times it went to wait: a burst wakes it once, unless
+    // the burst stalls for a whole GATHER), the thread writes by itself,
+    // waits to be woken once nothing comes, and the next line wakes it and
+    // is written (with the guard still held).
+    #[test]
+    fn the_writer_is_woken_only_after_it_went_to_sleep() {
+        let sink = Sink::default();
+        let (w, guard) = Batched::start(sink.clone()).unwrap();
+        let shared = w.shared.clone();
+        let written = |n: usize| {
+            let sink = sink.clone();
+            move || String::from_utf8_lossy(&sink.0.lock().unwrap()).lines().count() == n
+        };
+        let parked = || lock(&shared.pending).parked;
+        assert!(eventually(parked), "the idle writer waits to be woken");
+        for i in 0..100 {
+            (&w).write_all(format!("{i}\n").as_bytes()).unwrap();
+        }
+        let (wakes, parks) = {
+            let p = lock(&shared.pending);
+            (p.wakes, p.parks)
+        };
+        assert!(wakes >= 1 && wakes <= parks, "{wakes} wake-ups, {parks} waits");
+        assert!(eventually(written(100)), "the burst is written without the guard");
+        assert!(eventually(parked));
+        let before = lock(&shared.pending).wakes;
+        (&w).write_all(b"late\n").unwrap();
+        assert_eq!(lock(&shared.pending).wakes, before + 1);
+        assert!(eventually(written(101)), "a line after the writer slept is written");
+        drop(guard);
+        assert!(String::from_utf8_lossy(&sink.0.lock().unwrap()).ends_with("99\nlate\n"));
     }
 
     // Every line arrives whole and in each thread's order, through the
