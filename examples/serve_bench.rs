@@ -178,6 +178,12 @@ async fn concurrent(
 /// gateway's stack) and passes the answer back, reading no JSON. Both run
 /// on one current-thread runtime, the cheapest for one client at a time.
 fn relay(kind: &str, upstream: std::net::SocketAddr, port: u16) {
+    // The bench holds this process's stdin: when it ends (the bench is
+    // gone, whatever way it went), so does the relay.
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(0);
+    });
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -259,6 +265,7 @@ async fn start_relay(
     };
     let child = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["relay", kind, &upstream.to_string(), &port.to_string()])
+        .stdin(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     for _ in 0..100 {
