@@ -87,6 +87,12 @@ fn switches(pid: u32) -> (u64, u64) {
     out
 }
 
+/// A loopback port nobody listens on (for a child process to bind).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
 struct Lat {
     e2e: Vec<u64>,
     own: Vec<u64>,
@@ -252,6 +258,17 @@ fn relay(kind: &str, upstream: std::net::SocketAddr, port: u16) {
     });
 }
 
+/// Sends `request()` until it gets an answer, at most 100 times, `pause`
+/// apart (a child process starting up).
+async fn answers(request: impl Fn() -> reqwest::RequestBuilder, pause: Duration) {
+    for _ in 0..100 {
+        if request().send().await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+    }
+}
+
 /// Starts this program again as a relay (see [`relay`]) and waits until it
 /// accepts connections.
 async fn start_relay(
@@ -259,26 +276,14 @@ async fn start_relay(
     upstream: std::net::SocketAddr,
     http: &reqwest::Client,
 ) -> (std::process::Child, u16) {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let child = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["relay", kind, &upstream.to_string(), &port.to_string()])
         .stdin(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    for _ in 0..100 {
-        let probe = http
-            .post(format!("http://127.0.0.1:{port}/ok/v1/chat/completions"))
-            .body(BODY)
-            .send()
-            .await;
-        if probe.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let url = format!("http://127.0.0.1:{port}/ok/v1/chat/completions");
+    answers(|| http.post(&url).body(BODY), Duration::from_millis(20)).await;
     (child, port)
 }
 
@@ -291,10 +296,7 @@ async fn start_gateway(
     workers: Option<&str>,
     http: &reqwest::Client,
 ) -> (std::process::Child, u16) {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let child = std::process::Command::new(bin)
         .arg("serve")
         .args(workers.iter().flat_map(|w| ["--workers", w]))
@@ -305,16 +307,8 @@ async fn start_gateway(
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("build the release binary first: cargo build --release");
-    for _ in 0..100 {
-        let health = http
-            .get(format!("http://127.0.0.1:{port}/healthz"))
-            .send()
-            .await;
-        if health.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    answers(|| http.get(&url), Duration::from_millis(50)).await;
     (child, port)
 }
 
@@ -566,10 +560,7 @@ async fn side_by_side(
         "model_list:\n  - model_name: local/m\n    litellm_params: {{ model: openai/m, api_base: 'http://{up}/ok/v1', api_key: sk-bench }}\n  - model_name: once\n    litellm_params: {{ model: openai/m, api_base: 'http://{up}/fail/v1', api_key: sk-bench }}\nrouter_settings:\n  fallbacks: [{{ once: [local/m] }}]\nlitellm_settings:\n  num_retries: 0\n"
     );
     std::fs::write(dir.join("litellm.yaml"), cfg).unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let mut child = std::process::Command::new(bin)
         .arg("--config")
         .arg(dir.join("litellm.yaml"))
