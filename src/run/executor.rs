@@ -22,7 +22,7 @@ use crate::store::{
 
 use super::types::*;
 use super::{clear_model_override, clear_notice, notice_reason, RunRequest, Runner};
-use super::{DETAIL_CHARS, REPROBE_INTERVAL_MS, REPROBE_KEYS, SKIP_KEYS};
+use super::{DETAIL_CHARS, REPROBE_INTERVAL_MS, SKIP_KEYS};
 
 /// What to do with one candidate before any attempt.
 enum Plan {
@@ -250,9 +250,9 @@ impl Runner {
         let mut sh = self.shared();
         let key = (session.to_string(), primary.to_string());
         Ok(match sh.reprobe.get(&key) {
-            Some(t) if now.saturating_sub(*t) < REPROBE_INTERVAL_MS => false,
+            Some(t) if now.saturating_sub(t) < REPROBE_INTERVAL_MS => false,
             _ => {
-                note_reprobe(&mut sh.reprobe, key, now);
+                sh.reprobe.note(key, now);
                 true
             }
         })
@@ -268,11 +268,9 @@ impl Runner {
         if let Some(t) = self.store.shared_tables() {
             return t.note_reprobe(session, &primary.to_string(), now).await;
         }
-        note_reprobe(
-            &mut self.shared().reprobe,
-            (session.to_string(), primary.to_string()),
-            now,
-        );
+        self.shared()
+            .reprobe
+            .note((session.to_string(), primary.to_string()), now);
         Ok(())
     }
 
@@ -1153,12 +1151,3 @@ impl Runner {
     }
 }
 
-/// Records a re-probe time, forgetting the oldest past [`REPROBE_KEYS`].
-fn note_reprobe(map: &mut HashMap<(String, String), u64>, key: (String, String), now: u64) {
-    if map.len() >= REPROBE_KEYS && !map.contains_key(&key) {
-        if let Some(oldest) = map.iter().min_by_key(|(_, t)| **t).map(|(k, _)| k.clone()) {
-            map.remove(&oldest);
-        }
-    }
-    map.insert(key, now);
-}

@@ -170,9 +170,52 @@ impl RunRequest {
 struct Shared {
     throttle: ProbeThrottle,
     /// (session, primary) → when the primary was last tried (R11.5).
-    reprobe: HashMap<(String, String), u64>,
+    reprobe: ReprobeClocks,
     /// (session, provider, model) → (skip until, reason) (R12).
     skip: HashMap<(String, String, String), (u64, String)>,
+}
+
+/// When each (session, primary) pair last tried its primary (R11.5), for
+/// at most [`REPROBE_KEYS`] pairs: past that, the pair tried longest ago
+/// is forgotten (REFERENCE e). The times are kept ordered as well, so
+/// that forgetting the oldest is a tree step rather than a walk over all
+/// 4,096 pairs: with the table full, every run that left its primary
+/// paid that walk (about 50 µs a run in the gateway, where each request
+/// without `x-session-id` is a session of its own).
+#[derive(Debug, Default)]
+struct ReprobeClocks {
+    at: HashMap<(String, String), u64>,
+    by_time: std::collections::BTreeSet<(u64, (String, String))>,
+}
+
+impl ReprobeClocks {
+    fn get(&self, key: &(String, String)) -> Option<u64> {
+        self.at.get(key).copied()
+    }
+
+    /// Records `now` for `key`, forgetting the oldest pair past the bound.
+    fn note(&mut self, key: (String, String), now: u64) {
+        if let Some(old) = self.at.insert(key.clone(), now) {
+            self.by_time.remove(&(old, key.clone()));
+        } else if self.at.len() > REPROBE_KEYS {
+            if let Some((_, oldest)) = self.by_time.pop_first() {
+                self.at.remove(&oldest);
+            }
+        }
+        self.by_time.insert((now, key));
+    }
+
+    /// Forgets every pair of `session` (a reset session).
+    fn forget_session(&mut self, session: &str) {
+        self.at.retain(|(s, _), _| s != session);
+        self.by_time.retain(|(_, (s, _))| s != session);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        debug_assert_eq!(self.at.len(), self.by_time.len());
+        self.at.len()
+    }
 }
 
 /// The fallback executor. Build once per agent and share (`Arc`); see the
@@ -372,7 +415,7 @@ impl Runner {
             }
         }
         let mut sh = self.shared();
-        sh.reprobe.retain(|(s, _), _| s != session);
+        sh.reprobe.forget_session(session);
         sh.skip.retain(|(s, _, _), _| s != session);
         Ok(())
     }
@@ -449,6 +492,36 @@ pub fn notice_reason(failed: &[AttemptRecord]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pair(s: &str) -> (String, String) {
+        (s.to_string(), "p/m".to_string())
+    }
+
+    // R11.5 with REFERENCE e's bound: at most REPROBE_KEYS pairs, the one
+    // tried longest ago forgotten first; noting a pair again makes it the
+    // newest; a reset session's pairs go.
+    #[test]
+    fn reprobe_clocks_forget_the_oldest_pair_past_the_bound() {
+        let mut c = ReprobeClocks::default();
+        for i in 0..REPROBE_KEYS as u64 {
+            c.note(pair(&format!("s{i}")), 1_000 + i);
+        }
+        assert_eq!(c.len(), REPROBE_KEYS);
+        // s0 is noted again: s1 is now the oldest.
+        c.note(pair("s0"), 9_000);
+        assert_eq!(c.len(), REPROBE_KEYS);
+        c.note(pair("new"), 9_001);
+        assert_eq!(c.len(), REPROBE_KEYS);
+        assert_eq!(c.get(&pair("s1")), None, "the oldest is forgotten");
+        assert_eq!(c.get(&pair("s0")), Some(9_000));
+        assert_eq!(c.get(&pair("s2")), Some(1_002));
+        assert_eq!(c.get(&pair("new")), Some(9_001));
+        c.note(pair("newer"), 9_002);
+        assert_eq!(c.get(&pair("s2")), None);
+        c.forget_session("s0");
+        assert_eq!(c.get(&pair("s0")), None);
+        assert_eq!(c.len(), REPROBE_KEYS - 1);
+    }
 
     fn rec(
         reason: Option<&str>,
