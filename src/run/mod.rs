@@ -180,8 +180,9 @@ struct Shared {
 /// is forgotten (REFERENCE e). The times are kept ordered as well, so
 /// that forgetting the oldest is a tree step rather than a walk over all
 /// 4,096 pairs: with the table full, every run that left its primary
-/// paid that walk (about 50 µs a run in the gateway, where each request
-/// without `x-session-id` is a session of its own).
+/// paid that walk (the top user-space symbol in a profile of the
+/// gateway failing over, where each request without `x-session-id` is a
+/// session of its own; benches/README.md, "The re-probe table").
 #[derive(Debug, Default)]
 struct ReprobeClocks {
     at: HashMap<(String, String), u64>,
