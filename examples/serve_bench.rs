@@ -460,8 +460,8 @@ async fn bench() {
         println!(
             "  {what:<12} p50 {p50} µs  p99 {p99} µs; adds p50 {} µs; {:.2} context switches, {:.2} migrations per request{own}",
             p50.saturating_sub(base),
-            (cs - b.0) as f64 / n as f64,
-            (mig - b.1) as f64 / n as f64,
+            cs.saturating_sub(b.0) as f64 / n as f64,
+            mig.saturating_sub(b.1) as f64 / n as f64,
         );
     }
     for mut process in [Some(tcp), Some(hyp), other.map(|o| o.0)]
