@@ -73,14 +73,99 @@ pub struct SqliteStore {
     files: FileStore,
     path: PathBuf,
     conn: Mutex<Connection>,
-    /// The routing state as this connection last read it, with the
-    /// connection's `PRAGMA data_version` at that read. Locked only while
-    /// `conn` is held. See `load_state`.
-    seen: Mutex<Option<(i64, AuthState)>>,
+    /// The routing state as this connection last read it. Locked only
+    /// while `conn` is held. See `load_state`.
+    seen: Mutex<Option<Seen>>,
+    /// The database's WAL index, read to tell that nothing committed
+    /// (`None` where it cannot be opened: every check is SQLite's own).
+    wal_index: Option<WalIndex>,
     problems: Mutex<Vec<Problem>>,
     /// How many times the state tables were read whole (tests).
     #[cfg(test)]
     state_reads: std::sync::atomic::AtomicUsize,
+    /// How many times `PRAGMA data_version` was asked (tests).
+    #[cfg(test)]
+    version_checks: std::sync::atomic::AtomicUsize,
+}
+
+/// The cached routing state and what it was current for.
+struct Seen {
+    /// The connection's `PRAGMA data_version` at the read.
+    version: i64,
+    /// The WAL-index header read before a check that found the copy
+    /// current, when it was whole (see [`WalIndex`]).
+    header: Option<WalHeader>,
+    state: AuthState,
+}
+
+/// Both copies of the WAL-index header (see [`WalIndex`]).
+type WalHeader = [u8; WAL_HEADER_BYTES];
+
+/// The two 48-byte copies of `WalIndexHdr` at the start of the shm file.
+const WAL_HEADER_BYTES: usize = 96;
+/// `WALINDEX_MAX_VERSION`, the header format this reading knows.
+const WAL_INDEX_VERSION: u32 = 3_007_000;
+
+/// The `-shm` file of the database, opened read-only, to answer "has any
+/// connection committed since?" with one `pread` instead of a read
+/// transaction (SQLite's `PRAGMA data_version` takes and drops the
+/// database's shared lock: two `fcntl` calls and the VDBE, ~5 µs of the
+/// gateway's ~20 µs per request; benches/README.md, "The state check").
+///
+/// The file's first 96 bytes are two copies of the WAL-index header
+/// (<https://sqlite.org/walformat.html>, "The WAL-Index Header"): every
+/// commit by any connection rewrites them, with a new change counter
+/// (`iChange`), frame count and checksums, first copy then second, and
+/// SQLite's own readers trust the header only when both copies agree.
+/// So do we: bytes equal to those seen before a check that found the
+/// copy current mean that no connection has committed since. Anything
+/// else (copies that differ mid-write, a header of another format
+/// version, not initialised, a short read) sends the caller to
+/// `PRAGMA data_version`, as before. Equal bytes are never taken for a
+/// change of nothing by mistake: a commit always moves `iChange`.
+/// SQLite keeps the file while this store's connection is open; deleting
+/// it under live connections breaks SQLite's own readers as well.
+struct WalIndex {
+    file: std::fs::File,
+}
+
+impl WalIndex {
+    fn open(db: &Path) -> Option<WalIndex> {
+        let mut name = db.as_os_str().to_owned();
+        name.push("-shm");
+        let file = std::fs::File::open(PathBuf::from(name)).ok()?;
+        Some(WalIndex { file })
+    }
+
+    /// The header when it is whole and of the known version.
+    fn header(&self) -> Option<WalHeader> {
+        let mut h = [0u8; WAL_HEADER_BYTES];
+        read_at(&self.file, &mut h)?;
+        let (first, second) = h.split_at(WAL_HEADER_BYTES / 2);
+        let version = u32::from_ne_bytes(first[..4].try_into().ok()?);
+        // `isInit`, the byte after `iChange`.
+        let init = first[12];
+        (first == second && version == WAL_INDEX_VERSION && init == 1).then_some(h)
+    }
+}
+
+/// Whether `after` is `before` moved by at most one commit: the same
+/// bytes, or `iChange` one further. Read while holding the write lock
+/// (`before`) and right after that connection's commit (`after`), it
+/// says that no other connection committed in between.
+fn at_most_one_commit(before: &WalHeader, after: &WalHeader) -> bool {
+    let change = |h: &WalHeader| u32::from_ne_bytes([h[8], h[9], h[10], h[11]]);
+    after == before || change(after) == change(before).wrapping_add(1)
+}
+
+#[cfg(unix)]
+fn read_at(file: &std::fs::File, buf: &mut [u8]) -> Option<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, 0).ok()
+}
+
+#[cfg(not(unix))]
+fn read_at(_: &std::fs::File, _: &mut [u8]) -> Option<()> {
+    None
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -151,12 +236,15 @@ impl SqliteStore {
             .map_err(|e| db_err("create tables in", &path, e))?;
         let store = SqliteStore {
             files,
+            wal_index: WalIndex::open(&path),
             path,
             conn: Mutex::new(conn),
             seen: Mutex::new(None),
             problems: Mutex::new(Vec::new()),
             #[cfg(test)]
             state_reads: Default::default(),
+            #[cfg(test)]
+            version_checks: Default::default(),
         };
         if fresh {
             store.import_files()?;
@@ -179,8 +267,31 @@ impl SqliteStore {
     }
 
     /// The cached state; take it only while holding [`Self::conn`].
-    fn seen(&self) -> MutexGuard<'_, Option<(i64, AuthState)>> {
+    fn seen(&self) -> MutexGuard<'_, Option<Seen>> {
         self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The WAL index's header now, when whole.
+    fn header_now(&self) -> Option<WalHeader> {
+        self.wal_index.as_ref().and_then(WalIndex::header)
+    }
+
+    /// After this connection's commit (still holding `conn`, the cached
+    /// state already patched): when the header read under the write lock
+    /// (`during`) was the one the copy is current for, and only this
+    /// commit moved it since, the copy is current for the new header,
+    /// and the next load needs no `PRAGMA data_version`. Otherwise the
+    /// next load asks SQLite, as before.
+    fn committed(&self, during: Option<WalHeader>) {
+        let (Some(during), Some(after)) = (during, self.header_now()) else {
+            return;
+        };
+        let mut seen = self.seen();
+        if let Some(s) = seen.as_mut() {
+            if s.header == Some(during) && at_most_one_commit(&during, &after) {
+                s.header = Some(after);
+            }
+        }
     }
 
     /// Brings the cached state up to date with this connection's own
@@ -194,7 +305,7 @@ impl SqliteStore {
     /// `version`, fields of other subsystems) drops the cache instead.
     fn patch_seen(&self, before: &AuthState, after: &AuthState) {
         let mut seen = self.seen();
-        let Some((_, cached)) = seen.as_mut() else {
+        let Some(Seen { state: cached, .. }) = seen.as_mut() else {
             return;
         };
         if before.version != after.version || before.extra != after.extra {
@@ -485,8 +596,11 @@ impl SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.err("begin"))?;
+        let during = self.header_now();
         self.session_in(&tx, key, f)?;
-        tx.commit().map_err(self.err("commit"))
+        tx.commit().map_err(self.err("commit"))?;
+        self.committed(during);
+        Ok(())
     }
 
     /// A run's success in one transaction: the profile's record (when
@@ -501,6 +615,7 @@ impl SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.err("begin"))?;
+        let during = self.header_now();
         let written = match profile {
             Some((id, provider, pf)) => self.profile_in(&tx, id, provider, pf)?,
             None => None,
@@ -510,6 +625,7 @@ impl SqliteStore {
         if let Some((before, after)) = written {
             self.patch_seen(&before, &after);
         }
+        self.committed(during);
         Ok(())
     }
 
@@ -542,11 +658,13 @@ impl SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.err("begin"))?;
+        let during = self.header_now();
         let written = self.profile_in(&tx, profile_id, provider, f)?;
         tx.commit().map_err(self.err("commit"))?;
         if let Some((before, after)) = written {
             self.patch_seen(&before, &after);
         }
+        self.committed(during);
         Ok(())
     }
 
@@ -612,24 +730,44 @@ impl Store for SqliteStore {
     /// from the WAL index, in one statement, where reading the four tables
     /// and parsing every profile's row cost the gateway ~7,000
     /// instructions and 5–10 µs per run (benches/README.md, "Gateway").
+    /// Before that statement, the WAL index's header: unchanged since the
+    /// last check that found the copy current, no connection committed,
+    /// and the statement is not needed either ([`WalIndex`]).
     /// This connection's own writes keep the copy current
     /// (`patch_seen`). A version read before a concurrent commit
     /// can label a newer copy, which costs one more read, never a stale one.
     fn load_state(&self) -> Result<AuthState, StoreError> {
         let conn = self.conn();
+        // Read before the check below, under `conn`: a commit of this
+        // connection cannot fall between the two, and one of another
+        // connection that does changes the header from what is kept.
+        let header = self.wal_index.as_ref().and_then(WalIndex::header);
+        let mut seen = self.seen();
+        if let (Some(h), Some(s)) = (&header, &*seen) {
+            if s.header.as_ref() == Some(h) {
+                return Ok(s.state.clone());
+            }
+        }
+        #[cfg(test)]
+        self.version_checks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let version: i64 = conn
             .prepare_cached("PRAGMA data_version")
             .and_then(|mut q| q.query_row([], |r| r.get(0)))
             .map_err(self.err("read"))?;
-        let mut seen = self.seen();
-        if let Some((v, s)) = &*seen {
-            if *v == version {
-                return Ok(s.clone());
+        if let Some(s) = seen.as_mut() {
+            if s.version == version {
+                s.header = header;
+                return Ok(s.state.clone());
             }
         }
-        let s = self.read_state(&conn)?;
-        *seen = Some((version, s.clone()));
-        Ok(s)
+        let state = self.read_state(&conn)?;
+        *seen = Some(Seen {
+            version,
+            header,
+            state: state.clone(),
+        });
+        Ok(state)
     }
 
     fn load_sessions(&self) -> Result<SessionStore, StoreError> {
@@ -651,6 +789,7 @@ impl Store for SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.err("begin"))?;
+        let during = self.header_now();
         let before = self.read_state(&tx)?;
         let mut after = before.clone();
         f(&mut after);
@@ -660,6 +799,7 @@ impl Store for SqliteStore {
         self.write_state_diff(&tx, &before, &after)?;
         tx.commit().map_err(self.err("commit"))?;
         self.patch_seen(&before, &after);
+        self.committed(during);
         Ok(())
     }
 
@@ -771,6 +911,10 @@ mod tests {
         s.state_reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    fn checks(s: &SqliteStore) -> usize {
+        s.version_checks.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// What the tables hold now, read past the cache.
     fn fresh(s: &SqliteStore) -> AuthState {
         let conn = s.conn();
@@ -793,9 +937,11 @@ mod tests {
         let dir = temp("seen");
         let a = SqliteStore::open(&dir, "main").unwrap();
         let first = Store::load_state(&a).unwrap();
-        let n = reads(&a);
+        let (n, c) = (reads(&a), checks(&a));
         assert_eq!(Store::load_state(&a).unwrap(), first);
         assert_eq!(reads(&a), n, "served again, not read");
+        #[cfg(unix)]
+        assert_eq!(checks(&a), c, "the WAL index said nothing committed");
 
         // Own edits: the copy follows without a read.
         a.update_profile_sync("openai:a", "openai", &mut |s| {
@@ -818,9 +964,14 @@ mod tests {
             s.last_good.clear();
         })
         .unwrap();
-        let before = reads(&a);
+        let (before, c) = (reads(&a), checks(&a));
         let served = Store::load_state(&a).unwrap();
         assert_eq!(reads(&a), before, "own edits need no read");
+        // Each own commit moved the WAL index by one, seen under the
+        // write lock and right after: no check needed either.
+        #[cfg(unix)]
+        assert_eq!(checks(&a), c, "own commits need no check");
+        assert_eq!(Store::load_state(&a).unwrap(), served);
         assert_eq!(served, fresh(&a));
         assert_eq!(served.usage_stats.get("openai:b"), Some(&stats(3)));
         assert!(!served.usage_stats.contains_key("openai:a"));
@@ -848,6 +999,73 @@ mod tests {
         assert_eq!(reads(&a), before + 1);
         assert_eq!(seen.usage_stats.get("openai:b"), Some(&stats(4)));
         assert_eq!(seen, fresh(&a));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// What [`WalIndex`] relies on, pinned for the bundled SQLite: the
+    /// header is whole and of the known version once the database is
+    /// open, and every commit, of any connection, of any size, and
+    /// through a checkpoint that restarts the WAL, changes it.
+    #[cfg(unix)]
+    #[test]
+    fn every_commit_changes_the_wal_index_header() {
+        let dir = temp("walindex");
+        let a = SqliteStore::open(&dir, "main").unwrap();
+        let b = SqliteStore::open(&dir, "main").unwrap();
+        let index = a.wal_index.as_ref().expect("the -shm file is open");
+        let mut last = index.header().expect("a whole header of the known version");
+        let mut seen = vec![last];
+        for i in 0..40u64 {
+            let writer = if i % 2 == 0 { &a } else { &b };
+            // The same row rewritten with the same-size value: nothing
+            // but the commit itself tells the versions apart.
+            writer
+                .update_profile_sync("openai:a", "openai", &mut |s| {
+                    s.usage_stats.insert("openai:a".into(), stats(i % 2));
+                })
+                .unwrap();
+            if i == 20 {
+                b.conn()
+                    .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+                    .unwrap();
+            }
+            let h = index.header().expect("whole between commits");
+            assert_ne!(h, last, "commit {i} left the header as it was");
+            assert!(!seen.contains(&h), "commit {i} repeated an earlier header");
+            seen.push(h);
+            last = h;
+        }
+        // And the store's own reads see the other's last commit.
+        assert_eq!(Store::load_state(&a).unwrap(), fresh(&b));
+
+        // One commit moves `iChange` by one; two (another connection's
+        // right after) by more, which `committed` takes as "ask SQLite".
+        let write = |s: &SqliteStore, n: u64| {
+            s.update_session_sync("s", &mut |e| e.model_override = Some(n.to_string()))
+                .unwrap()
+        };
+        let h0 = index.header().unwrap();
+        write(&a, 1);
+        let h1 = index.header().unwrap();
+        assert!(at_most_one_commit(&h0, &h1));
+        assert!(at_most_one_commit(&h1, &h1));
+        write(&a, 2);
+        write(&b, 3);
+        assert!(!at_most_one_commit(&h1, &index.header().unwrap()));
+
+        // So a commit of `b` right after one of `a` is seen by `a`.
+        let (c, r) = (checks(&a), reads(&a));
+        a.update_profile_sync("openai:a", "openai", &mut |s| {
+            s.usage_stats.insert("openai:a".into(), stats(7));
+        })
+        .unwrap();
+        b.update_profile_sync("openai:a", "openai", &mut |s| {
+            s.usage_stats.insert("openai:a".into(), stats(8));
+        })
+        .unwrap();
+        let st = Store::load_state(&a).unwrap();
+        assert_eq!(st.usage_stats.get("openai:a"), Some(&stats(8)));
+        assert_eq!((checks(&a), reads(&a)), (c + 1, r + 1));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
