@@ -634,7 +634,7 @@ fn count_attempts(gw: &Gateway, set: &ActiveSet, attempts: &[crate::run::Attempt
         };
         gw.metrics.attempt(
             &a.provider,
-            &set.model_label(&a.provider, &a.model),
+            set.model_label(&a.provider, &a.model),
             outcome,
             a.reason.as_deref().unwrap_or("none"),
         );
@@ -771,7 +771,7 @@ fn success(
             h.append(X_NOTICE, v);
         }
     }
-    let model_label = set.model_label(&out.provider, &out.model);
+    let model_label = set.model_label(&out.provider, &out.model).to_string();
     match out.value {
         Done::Whole(b) => {
             h.insert(

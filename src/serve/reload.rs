@@ -15,7 +15,7 @@
 //! after a restart. The state on disk — cooldowns, disables, session
 //! overrides — is the same store and carries over untouched.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -137,7 +137,8 @@ pub struct ActiveSet {
     /// `GET /v1/models`: agent ids, then every `provider/model` the config
     /// names, in order, without repeats.
     pub models: Vec<String>,
-    known: BTreeSet<String>,
+    /// The models the config names, by provider (metric labels).
+    known: HashMap<String, HashSet<String>>,
     pub loaded_at_ms: u64,
 }
 
@@ -145,18 +146,33 @@ impl ActiveSet {
     /// The pooled client of `provider`'s upstream, for this thread's lane.
     pub fn client(&self, provider: &str) -> Option<&super::upstream::Client> {
         let lane = super::lane() % self.clients.len().max(1);
-        self.clients.get(lane)?.get(&provider.to_ascii_lowercase())
+        let clients = self.clients.get(lane)?;
+        if provider.bytes().any(|b| b.is_ascii_uppercase()) {
+            clients.get(&provider.to_ascii_lowercase())
+        } else {
+            clients.get(provider)
+        }
     }
 
     /// A model as a metric label: named by the config, or `other`.
-    pub fn model_label(&self, provider: &str, model: &str) -> String {
-        let r = format!("{provider}/{model}");
-        if self.known.contains(&r) {
-            model.to_string()
+    pub fn model_label<'a>(&self, provider: &str, model: &'a str) -> &'a str {
+        if self.known.get(provider).is_some_and(|m| m.contains(model)) {
+            model
         } else {
-            "other".into()
+            "other"
         }
     }
+}
+
+/// `provider/model` ids grouped by provider.
+fn by_provider(ids: &BTreeSet<String>) -> HashMap<String, HashSet<String>> {
+    let mut out: HashMap<String, HashSet<String>> = HashMap::new();
+    for id in ids {
+        if let Some((p, m)) = id.split_once('/') {
+            out.entry(p.to_string()).or_default().insert(m.to_string());
+        }
+    }
+    out
 }
 
 /// Builds a set from its sources; `Err` holds the diagnostics.
@@ -270,8 +286,8 @@ pub fn build(
         engine,
         runners,
         clients,
+        known: by_provider(&known),
         models,
-        known,
         loaded_at_ms: crate::store::Clock::now_ms(&crate::store::SystemClock),
     })
 }
