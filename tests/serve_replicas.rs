@@ -167,6 +167,52 @@ async fn one_probe_per_provider_across_replicas() {
     b.stop().await;
 }
 
+/// The keys of `pattern` in the server's database.
+fn keys(url: &str, pattern: &str) -> Vec<String> {
+    let mut con = redis::Client::open(url)
+        .and_then(|c| c.get_connection())
+        .expect("a connection to the test's redis-server");
+    redis::cmd("KEYS").arg(pattern).query(&mut con).unwrap()
+}
+
+// R11.5's re-probe clock is per session: a request without `x-session-id`
+// is a session that ends with it, so leaving the primary starts no clock
+// (before, each one left a key in Redis for a day, one per request); a
+// session's fallback does start one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_a_session_leaves_no_reprobe_clock() {
+    let Some(server) = redis_support::RedisServer::start() else {
+        return;
+    };
+    let gw = Gw::start("replica-one-off", setup(&server.url())).await;
+    gw.back.always(ok_openai("from back"));
+    // A retired model: it cools nothing (R8), so every request leaves the
+    // primary again.
+    gw.prim.always(error(
+        404,
+        r#"{"error":{"message":"The model `model-a` does not exist","type":"invalid_request_error","code":"model_not_found"}}"#,
+    ));
+    for _ in 0..20 {
+        let r = gw.openai(chat("prim/model-a"), None).await;
+        assert_eq!(
+            r.header("x-failover-model").as_deref(),
+            Some("back/model-b")
+        );
+    }
+    assert_eq!(gw.prim.hits(), 20, "every request tried the primary");
+    assert_eq!(
+        keys(&server.url(), "replicas:*reprobe*"),
+        Vec::<String>::new()
+    );
+    let r = gw.openai(chat("prim/model-a"), Some("chat-1")).await;
+    assert_eq!(
+        r.header("x-failover-model").as_deref(),
+        Some("back/model-b")
+    );
+    assert_eq!(keys(&server.url(), "replicas:*reprobe*").len(), 1);
+    gw.stop().await;
+}
+
 fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find(|l| l.starts_with(name))

@@ -771,8 +771,10 @@ impl Runner {
                     })
                     .await?;
                     // The 5-minute re-probe clock starts when the session
-                    // leaves its primary (R11.5).
-                    self.start_reprobe_clock(key, &selected, now).await?;
+                    // leaves its primary (R11.5), unless it ends with the run.
+                    if !request.one_off {
+                        self.start_reprobe_clock(key, &selected, now).await?;
+                    }
                     before.map(|before| OverrideGuard {
                         store,
                         session: key,

@@ -153,6 +153,13 @@ pub struct RunRequest {
     /// session is still settled before the run returns, and the record
     /// and the session are then two writes instead of one atomic step.
     pub defer_success_record: bool,
+    /// The run's session ends with it: no later run reads it (the
+    /// gateway's requests without `x-session-id`, each a session key of
+    /// its own). Leaving the primary then starts no re-probe clock
+    /// (R11.5): one would never be read, and each would take a place among
+    /// the [`REPROBE_KEYS`] pairs kept in memory, pushing real sessions'
+    /// clocks out, or a key on a shared backend (Redis keeps it a day).
+    pub one_off: bool,
 }
 
 impl RunRequest {

@@ -530,6 +530,7 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
         // Nothing of the session to settle: the profile's record is written
         // after the answer (see `Settling`).
         run_req.defer_success_record = anonymous;
+        run_req.one_off = anonymous;
         run_req.session = session.unwrap_or_else(|| {
             format!(
                 "{EPHEMERAL_PREFIX}{}",
