@@ -139,7 +139,7 @@ fn emit(d: &Decision) {
                 target: "failover::run",
                 decision = d.decision.name(),
                 fallbackStepType = "fallback_step",
-                fallbackStepFromModel = d.from_model.as_str(),
+                fallbackStepFromModel = %d.from_model,
                 fallbackStepToModel = d.to_model.as_deref().unwrap_or(""),
                 fallbackStepFromFailureReason = d.reason.as_deref().unwrap_or(""),
                 fallbackStepFromFailureDetail = d.detail.as_deref().unwrap_or(""),
