@@ -881,13 +881,23 @@ async fn r11_1_on_the_file_store() {
 
 // R6.2, R7.4 (a success marks the profile used for the round-robin and
 // resets its error count), deferred: a run asked to hand the success
-// record back writes everything else as before (the failed primary's
-// cooldown, the session and its notice) and leaves the record to
-// `Runner::settle`, which writes the same record a run without deferral
-// writes.
+// record back does so when the record is its only write. A session that
+// ends with the run (`one_off`) always; a kept session when it has nothing
+// to settle, and then nothing of it is written; a session that changes
+// (here: the fallback's notice) keeps the record and the session one
+// atomic step before the run returns, as does a networked backend (Redis).
+// `Runner::settle` writes the same record a run without deferral writes.
 #[tokio::test(start_paused = true)]
 async fn deferred_success_record_is_written_by_settle() {
-    let script = || Script::default().on("anthropic/claude", vec![http(429, "Too many requests")]);
+    let script = || {
+        Script::default().on(
+            "anthropic/claude",
+            vec![
+                http(429, "Too many requests"),
+                http(429, "Too many requests"),
+            ],
+        )
+    };
     let plain = setup(BASIC, KEYS);
     let s = script();
     let out = plain.runner.run(&req(), s.f()).await.unwrap();
@@ -895,9 +905,11 @@ async fn deferred_success_record_is_written_by_settle() {
     let written = plain.stats("openai:default");
     assert!(written.last_used.is_some());
 
+    // A session that ends with the run: deferred, though it would change.
     let h = setup(BASIC, KEYS);
     let mut r = req();
     r.defer_success_record = true;
+    r.one_off = true;
     let s = script();
     let out = h.runner.run(&r, s.f()).await.unwrap();
     assert_eq!(out.model_ref(), "openai/gpt");
@@ -912,8 +924,37 @@ async fn deferred_success_record_is_written_by_settle() {
         Some(T0 + MINUTE_MS),
         "the failure is recorded at once"
     );
-    assert_eq!(out.notices.len(), 1, "the session is settled at once");
-    assert_eq!(h.entry("s1").model_override.as_deref(), Some("gpt"));
     h.runner.settle(d).await.unwrap();
     assert_eq!(h.stats("openai:default"), written);
+
+    // A kept session whose fallback starts: the notice and the override
+    // are settled with the record, at once.
+    let h = setup(BASIC, KEYS);
+    let mut r = req();
+    r.defer_success_record = true;
+    let s = script();
+    let out = h.runner.run(&r, s.f()).await.unwrap();
+    assert_eq!(out.model_ref(), "openai/gpt");
+    assert_eq!(out.deferred, None, "the session changed");
+    assert_eq!(out.notices.len(), 1, "the session is settled at once");
+    assert_eq!(h.entry("s1").model_override.as_deref(), Some("gpt"));
+    assert_eq!(h.stats("openai:default"), written);
+
+    // The same session's next turn stays on the fallback with nothing to
+    // settle: the record waits, the session is not written.
+    advance(MINUTE_MS / 2).await;
+    let entry = h.entry("s1");
+    let out = h.runner.run(&r, s.f()).await.unwrap();
+    assert_eq!(out.model_ref(), "openai/gpt");
+    assert!(out.notices.is_empty());
+    assert_eq!(h.entry("s1"), entry, "nothing of the session written");
+    if backend() == "redis" {
+        assert_eq!(out.deferred, None, "networked: one atomic step");
+        return;
+    }
+    let d = out.deferred.clone().expect("nothing to settle: deferred");
+    assert_eq!(h.stats("openai:default"), written, "not yet written");
+    h.runner.settle(d).await.unwrap();
+    let after = h.stats("openai:default");
+    assert_eq!(after.last_used, Some(T0 + MINUTE_MS / 2));
 }

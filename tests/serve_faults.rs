@@ -583,8 +583,9 @@ async fn same_protocol_answers_pass_through_and_a_non_json_200_falls_back() {
 
 // SPEC R6.2: the success record of a request without `x-session-id` (the
 // profile's `lastUsed`, which orders the round-robin) is written after the
-// answer has gone out, not lost; with a session it is written before, in
-// the session's own transaction.
+// answer has gone out, not lost; with a session whose entry changes (its
+// first turn pins the profile) it is written before, in the session's own
+// transaction; a later turn with nothing to settle writes it after again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r6_2_success_record_without_a_session_is_written_after_the_answer() {
     let gw = Gw::start("deferred-record", Setup::default()).await;
@@ -608,6 +609,19 @@ async fn r6_2_success_record_without_a_session_is_written_after_the_answer() {
     assert_eq!(r.status, 200, "{}", r.text);
     let used = gw.usage("prim:default")["lastUsed"].as_u64().unwrap();
     assert!(used >= with_session, "written before the answer: {used}");
+    let entry = gw.session("s-record");
+    assert_eq!(entry["authProfileOverride"], "prim:default", "{entry}");
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let next_turn = now_ms();
+    let r = gw.openai(chat("prim/model-a"), Some("s-record")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    eventually("the next turn's success record", || {
+        gw.usage("prim:default")["lastUsed"]
+            .as_u64()
+            .is_some_and(|t| t >= next_turn)
+    })
+    .await;
+    assert_eq!(gw.session("s-record"), entry, "nothing of it to settle");
     // A drain right after an answer: its record is written before the
     // gateway stops (the ones before it are older by the pause).
     tokio::time::sleep(Duration::from_millis(20)).await;

@@ -838,7 +838,7 @@ impl Runner {
                                 user_owned,
                                 walk,
                                 i,
-                                request.defer_success_record,
+                                request,
                             )
                             .await;
                     }
@@ -1051,7 +1051,7 @@ impl Runner {
         user_owned: bool,
         mut walk: Walk,
         position: usize,
-        defer: bool,
+        request: &RunRequest,
     ) -> Result<RunOutput<T>, RunError> {
         let now = self.now_ms();
         let store: &dyn AsyncStore = self.store.as_ref();
@@ -1110,6 +1110,28 @@ impl Runner {
         // step on Redis (one round trip) and SQLite (one transaction), two
         // updates on the files and in memory; each edit sees its record's
         // latest value.
+        // The record waits for the answer when it is the run's only
+        // write: always when the session ends with the run; for a kept
+        // session on a local backend, when its entry, read again now, has
+        // nothing to settle (a row read instead of a write transaction
+        // before the answer: the steady state of a session). Otherwise the
+        // record and the session stay one atomic step. On a networked
+        // backend the atomic step is one round trip already, as the read
+        // would be.
+        let settled = |e: &SessionEntry| {
+            let mut after = e.clone();
+            settle(&mut after).is_none() && after == *e
+        };
+        let (defer, nothing_to_settle) = match request.defer_success_record {
+            false => (false, false),
+            true if request.one_off => (true, false),
+            true if store.shared_tables().is_some() => (false, false),
+            true => {
+                let current = store.load_session(key).await?;
+                let unchanged = settled(&current.unwrap_or_default());
+                (unchanged, unchanged)
+            }
+        };
         let mut record = |s: &mut crate::store::AuthState| {
             if let Some(id) = profile_id {
                 record_success(s, id, p, Some(m), now);
@@ -1128,9 +1150,11 @@ impl Runner {
             Some(id) => (Some((id.as_str(), p, &mut record as _)), None),
             None => (None, None),
         };
-        store
-            .update_success(recorded, key, &mut |e| notice = settle(e))
-            .await?;
+        if !nothing_to_settle {
+            store
+                .update_success(recorded, key, &mut |e| notice = settle(e))
+                .await?;
+        }
         walk.decide(Decision {
             decision: DecisionKind::CandidateSucceeded,
             from_model: cand.to_string(),

@@ -147,11 +147,14 @@ pub struct RunRequest {
     /// Hand the answering profile's success record (its `lastUsed`, R6.2,
     /// and error-count reset, R7.4) back in [`RunOutput::deferred`] instead of
     /// writing it before the run returns, for the caller to write with
-    /// [`Runner::settle`] once it has answered. Meant for runs without a
-    /// session to persist (the gateway's requests without `x-session-id`),
-    /// where the record is the run's only write: with a session, the
-    /// session is still settled before the run returns, and the record
-    /// and the session are then two writes instead of one atomic step.
+    /// [`Runner::settle`] once it has answered, when the record is the
+    /// run's only write: always with [`RunRequest::one_off`]; for a kept
+    /// session, when its entry, read again at the success, has nothing to
+    /// settle (no notice, no pin or override to change), and then nothing
+    /// of the session is written. When the session does change, or the
+    /// backend is networked (Redis: the atomic step is one round trip, as
+    /// the read would be), the record and the session are written together
+    /// before the run returns, as without this flag.
     pub defer_success_record: bool,
     /// The run's session ends with it: no later run reads it (the
     /// gateway's requests without `x-session-id`, each a session key of

@@ -132,8 +132,9 @@ pub struct Gateway {
     settling: Arc<Settling>,
 }
 
-/// The success records of requests without a session, written after the
-/// answer (`RunRequest::defer_success_record`): the client does not wait
+/// The success records written after the answer, those of requests
+/// without a session and of sessions with nothing to settle
+/// (`RunRequest::defer_success_record`): the client does not wait
 /// for the state write (the largest single step of a request on a keyed
 /// profile, benches/README.md "Gateway"), and a drain waits for them.
 #[derive(Debug, Default)]
@@ -527,9 +528,9 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
             },
         };
         let anonymous = session.is_none();
-        // Nothing of the session to settle: the profile's record is written
-        // after the answer (see `Settling`).
-        run_req.defer_success_record = anonymous;
+        // The profile's record is written after the answer when nothing of
+        // the session is (see `Settling`, `RunRequest::defer_success_record`).
+        run_req.defer_success_record = true;
         run_req.one_off = anonymous;
         run_req.session = session.unwrap_or_else(|| {
             format!(
