@@ -20,8 +20,8 @@
 //! - a request that fails over once (404 `model_not_found`, which cools
 //!   nothing, then the answer) vs its two direct round trips;
 //! - a provider with an API-key profile, whose every success is recorded
-//!   in the state database (after the answer without `x-session-id`,
-//!   before it with one);
+//!   in the state database (after the answer, or with the session's
+//!   entry in one transaction before it when that changes);
 //! - requests/s at 64 concurrent clients, and the gateway's RSS before and
 //!   after 100,000 requests.
 //!
@@ -353,12 +353,17 @@ async fn bench() {
 
     let dir = std::env::temp_dir().join(format!("failover-serve-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("state/agents/keyed/agent")).unwrap();
-    std::fs::write(
-        dir.join("state/agents/keyed/agent/auth-profiles.json"),
-        r#"{"version":1,"profiles":{"keyed:default":{"type":"api_key","provider":"keyed","key":"sk-bench-0000000000"}}}"#,
-    )
-    .unwrap();
+    // The keyed agent's profile, in the state directory of each build
+    // (`FAILOVER_BIN_B` runs on `state-b`).
+    for state in ["state", "state-b"] {
+        let agent = dir.join(state).join("agents/keyed/agent");
+        std::fs::create_dir_all(&agent).unwrap();
+        std::fs::write(
+            agent.join("auth-profiles.json"),
+            r#"{"version":1,"profiles":{"keyed:default":{"type":"api_key","provider":"keyed","key":"sk-bench-0000000000"}}}"#,
+        )
+        .unwrap();
+    }
     let cfg = format!(
         "agents:\n  defaults:\n    model: {{ primary: local/m }}\n  list:\n    - id: once\n      model: {{ primary: broken/m, fallbacks: [local/m] }}\n    - id: keyed\n      model: {{ primary: keyed/m, fallbacks: [] }}\nmodels:\n  providers:\n    local: {{ baseUrl: 'http://{up}/ok/v1', api: openai-completions }}\n    keyed: {{ baseUrl: 'http://{up}/ok/v1', api: openai-completions }}\n    broken: {{ baseUrl: 'http://{up}/fail/v1', api: openai-completions }}\nserve: {{ maxConcurrentRequests: 4096 }}\n"
     );
@@ -415,15 +420,22 @@ async fn bench() {
         None => None,
     };
     let relay_url = |port: u16| format!("http://127.0.0.1:{port}/ok/v1/chat/completions");
-    let mut routes: Vec<(&str, String, &str, Option<u32>)> = vec![
-        ("direct call", direct_ok.clone(), "m", None),
-        ("tcp relay", relay_url(tcp_port), "m", Some(tcp.id())),
-        ("http relay", relay_url(hyp_port), "m", Some(hyp.id())),
-        ("the gateway", gw.clone(), "local/m", Some(pid)),
+    // (name, url, model, process, session): the keyed rows are a profile
+    // with an API key and `x-session-id`, the state path a real
+    // deployment takes on every request. Their process is the gateway row
+    // above them, whose switch count covers both (so they print none).
+    type Route<'a> = (&'a str, String, &'a str, Option<u32>, Option<&'a str>);
+    let mut routes: Vec<Route> = vec![
+        ("direct call", direct_ok.clone(), "m", None, None),
+        ("tcp relay", relay_url(tcp_port), "m", Some(tcp.id()), None),
+        ("http relay", relay_url(hyp_port), "m", Some(hyp.id()), None),
+        ("the gateway", gw.clone(), "local/m", Some(pid), None),
+        ("keyed+session", gw.clone(), "keyed", None, Some("turns")),
     ];
     if let Some((b, port)) = &other {
         let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
-        routes.push(("gateway B", url, "local/m", Some(b.id())));
+        routes.push(("gateway B", url.clone(), "local/m", Some(b.id()), None));
+        routes.push(("B keyed+sess", url, "keyed", None, Some("turns")));
     }
     let mut turns: Vec<Lat> = routes
         .iter()
@@ -432,8 +444,8 @@ async fn bench() {
             own: Vec::with_capacity(n),
         })
         .collect();
-    for (_, url, model, _) in &routes {
-        sequential(&http, url, model, None, 200).await;
+    for (_, url, model, _, session) in &routes {
+        sequential(&http, url, model, *session, 200).await;
     }
     let before: Vec<(u64, u64)> = routes
         .iter()
@@ -442,26 +454,37 @@ async fn bench() {
     for round in 0..n / 100 {
         for k in 0..routes.len() {
             let i = (round + k) % routes.len();
-            let (_, url, model, _) = &routes[i];
-            let mut l = sequential(&http, url, model, None, 100).await;
+            let (_, url, model, _, session) = &routes[i];
+            let mut l = sequential(&http, url, model, *session, 100).await;
             turns[i].e2e.append(&mut l.e2e);
             turns[i].own.append(&mut l.own);
         }
     }
     let base = pct(&mut turns[0].e2e, 0.5);
     println!("in turns, 100 at a time, the direct call p50 {base} µs:");
-    for ((what, _, _, p), (t, b)) in routes.iter().zip(turns.iter_mut().zip(&before)).skip(1) {
+    for ((what, url, _, p, _), (t, b)) in routes.iter().zip(turns.iter_mut().zip(&before)).skip(1) {
         let (p50, p99) = (pct(&mut t.e2e, 0.5), pct(&mut t.e2e, 0.99));
         let (cs, mig) = p.map_or((0, 0), switches);
         let own = match t.own.is_empty() {
             true => String::new(),
             false => format!("; in-gateway p50 {} µs", pct(&mut t.own, 0.5)),
         };
+        let switched = match p {
+            // Every route of the process (the gateway's keyed row too).
+            Some(_) => {
+                let shared = routes.iter().filter(|r| r.1 == *url).count();
+                let per = (n * shared.max(1)) as f64;
+                format!(
+                    "; {:.2} context switches, {:.2} migrations per request",
+                    cs.saturating_sub(b.0) as f64 / per,
+                    mig.saturating_sub(b.1) as f64 / per,
+                )
+            }
+            None => String::new(),
+        };
         println!(
-            "  {what:<12} p50 {p50} µs  p99 {p99} µs; adds p50 {} µs; {:.2} context switches, {:.2} migrations per request{own}",
+            "  {what:<13} p50 {p50} µs  p99 {p99} µs; adds p50 {} µs{switched}{own}",
             p50.saturating_sub(base),
-            cs.saturating_sub(b.0) as f64 / n as f64,
-            mig.saturating_sub(b.1) as f64 / n as f64,
         );
     }
     for mut process in [Some(tcp), Some(hyp), other.map(|o| o.0)]
@@ -493,8 +516,8 @@ async fn bench() {
         pct(&mut f.own, 0.5)
     );
 
-    // Without a session the success record is written after the answer;
-    // with one, it and the session are one transaction before it.
+    // The success record is written after the answer, unless the session
+    // changes: then it and the session are one transaction before it.
     for (session, what) in [(None, "no session"), (Some("bench"), "x-session-id")] {
         let mut k = sequential(&http, &gw, "keyed", session, 1000).await;
         println!(
