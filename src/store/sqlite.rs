@@ -149,13 +149,19 @@ impl WalIndex {
     }
 }
 
-/// Whether `after` is `before` moved by at most one commit: the same
-/// bytes, or `iChange` one further. Read while holding the write lock
-/// (`before`) and right after that connection's commit (`after`), it
-/// says that no other connection committed in between.
-fn at_most_one_commit(before: &WalHeader, after: &WalHeader) -> bool {
+/// Whether `after` is `before` moved by one connection's transaction
+/// alone: `iChange` one further when it wrote rows (its commit wrote
+/// frames), the same bytes when it wrote none (its commit wrote nothing).
+/// Read while that connection held the write lock (`before`) and right
+/// after its commit (`after`), it says that no other connection committed
+/// in between; anything else (another commit, a WAL restart in the same
+/// write) is "ask SQLite".
+fn only_own_commit(before: &WalHeader, after: &WalHeader, wrote: bool) -> bool {
     let change = |h: &WalHeader| u32::from_ne_bytes([h[8], h[9], h[10], h[11]]);
-    after == before || change(after) == change(before).wrapping_add(1)
+    match wrote {
+        true => change(after) == change(before).wrapping_add(1),
+        false => after == before,
+    }
 }
 
 #[cfg(unix)]
@@ -279,16 +285,17 @@ impl SqliteStore {
     /// After this connection's commit (still holding `conn`, the cached
     /// state already patched): when the header read under the write lock
     /// (`during`) was the one the copy is current for, and only this
-    /// commit moved it since, the copy is current for the new header,
-    /// and the next load needs no `PRAGMA data_version`. Otherwise the
-    /// next load asks SQLite, as before.
-    fn committed(&self, during: Option<WalHeader>) {
+    /// commit moved it since (`wrote`: whether the transaction changed
+    /// rows), the copy is current for the new header, and the next load
+    /// needs no `PRAGMA data_version`. Otherwise the next load asks
+    /// SQLite, as before.
+    fn committed(&self, during: Option<WalHeader>, wrote: bool) {
         let (Some(during), Some(after)) = (during, self.header_now()) else {
             return;
         };
         let mut seen = self.seen();
         if let Some(s) = seen.as_mut() {
-            if s.header == Some(during) && at_most_one_commit(&during, &after) {
+            if s.header == Some(during) && only_own_commit(&during, &after, wrote) {
                 s.header = Some(after);
             }
         }
@@ -596,10 +603,10 @@ impl SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.err("begin"))?;
-        let during = self.header_now();
+        let (during, changes) = (self.header_now(), tx.total_changes());
         self.session_in(&tx, key, f)?;
         tx.commit().map_err(self.err("commit"))?;
-        self.committed(during);
+        self.committed(during, conn.total_changes() != changes);
         Ok(())
     }
 
@@ -615,7 +622,7 @@ impl SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.err("begin"))?;
-        let during = self.header_now();
+        let (during, changes) = (self.header_now(), tx.total_changes());
         let written = match profile {
             Some((id, provider, pf)) => self.profile_in(&tx, id, provider, pf)?,
             None => None,
@@ -625,7 +632,7 @@ impl SqliteStore {
         if let Some((before, after)) = written {
             self.patch_seen(&before, &after);
         }
-        self.committed(during);
+        self.committed(during, conn.total_changes() != changes);
         Ok(())
     }
 
@@ -658,13 +665,13 @@ impl SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.err("begin"))?;
-        let during = self.header_now();
+        let (during, changes) = (self.header_now(), tx.total_changes());
         let written = self.profile_in(&tx, profile_id, provider, f)?;
         tx.commit().map_err(self.err("commit"))?;
         if let Some((before, after)) = written {
             self.patch_seen(&before, &after);
         }
-        self.committed(during);
+        self.committed(during, conn.total_changes() != changes);
         Ok(())
     }
 
@@ -789,7 +796,7 @@ impl Store for SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.err("begin"))?;
-        let during = self.header_now();
+        let (during, changes) = (self.header_now(), tx.total_changes());
         let before = self.read_state(&tx)?;
         let mut after = before.clone();
         f(&mut after);
@@ -799,7 +806,7 @@ impl Store for SqliteStore {
         self.write_state_diff(&tx, &before, &after)?;
         tx.commit().map_err(self.err("commit"))?;
         self.patch_seen(&before, &after);
-        self.committed(during);
+        self.committed(during, conn.total_changes() != changes);
         Ok(())
     }
 
@@ -1047,11 +1054,19 @@ mod tests {
         let h0 = index.header().unwrap();
         write(&a, 1);
         let h1 = index.header().unwrap();
-        assert!(at_most_one_commit(&h0, &h1));
-        assert!(at_most_one_commit(&h1, &h1));
-        write(&a, 2);
-        write(&b, 3);
-        assert!(!at_most_one_commit(&h1, &index.header().unwrap()));
+        assert!(only_own_commit(&h0, &h1, true));
+        assert!(!only_own_commit(&h0, &h1, false));
+        // A transaction that changes no row commits nothing: the header
+        // stays, and a commit of another connection after it is not its.
+        write(&a, 1);
+        assert_eq!(index.header().unwrap(), h1);
+        assert!(only_own_commit(&h1, &h1, false));
+        write(&b, 2);
+        assert!(!only_own_commit(&h1, &index.header().unwrap(), false));
+        let h2 = index.header().unwrap();
+        write(&a, 3);
+        write(&b, 4);
+        assert!(!only_own_commit(&h2, &index.header().unwrap(), true));
 
         // So a commit of `b` right after one of `a` is seen by `a`.
         let (c, r) = (checks(&a), reads(&a));
