@@ -110,7 +110,8 @@ const WAL_INDEX_VERSION: u32 = 3_007_000;
 /// connection committed since?" with one `pread` instead of a read
 /// transaction (SQLite's `PRAGMA data_version` takes and drops the
 /// database's shared lock: two `fcntl` calls and the VDBE, ~5 µs of the
-/// gateway's ~20 µs per request; benches/README.md, "The state check").
+/// gateway's ~20 µs per request; benches/README.md, "The state check
+/// without a lock").
 ///
 /// The file's first 96 bytes are two copies of the WAL-index header
 /// (<https://sqlite.org/walformat.html>, "The WAL-Index Header"): every
