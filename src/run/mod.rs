@@ -160,7 +160,7 @@ pub struct RunRequest {
     /// gateway's requests without `x-session-id`, each a session key of
     /// its own). Leaving the primary then starts no re-probe clock
     /// (R11.5): one would never be read, and each would take a place among
-    /// the [`REPROBE_KEYS`] pairs kept in memory, pushing real sessions'
+    /// the 4,096 (session, primary) pairs kept in memory, pushing real sessions'
     /// clocks out, or a key on a shared backend (Redis keeps it a day).
     pub one_off: bool,
 }

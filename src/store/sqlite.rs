@@ -740,7 +740,7 @@ impl Store for SqliteStore {
     /// instructions and 5–10 µs per run (benches/README.md, "Gateway").
     /// Before that statement, the WAL index's header: unchanged since the
     /// last check that found the copy current, no connection committed,
-    /// and the statement is not needed either ([`WalIndex`]).
+    /// and the statement is not needed either (`WalIndex`).
     /// This connection's own writes keep the copy current
     /// (`patch_seen`). A version read before a concurrent commit
     /// can label a newer copy, which costs one more read, never a stale one.
