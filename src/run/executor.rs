@@ -1106,32 +1106,26 @@ impl Runner {
                 reason,
             })
         };
-        // The profile's success and the session's settling: one atomic
-        // step on Redis (one round trip) and SQLite (one transaction), two
-        // updates on the files and in memory; each edit sees its record's
-        // latest value.
         // The record waits for the answer when it is the run's only
         // write: always when the session ends with the run; for a kept
         // session on a local backend, when its entry, read again now, has
         // nothing to settle (a row read instead of a write transaction
-        // before the answer: the steady state of a session). Otherwise the
-        // record and the session stay one atomic step. On a networked
-        // backend the atomic step is one round trip already, as the read
-        // would be.
-        let settled = |e: &SessionEntry| {
-            let mut after = e.clone();
-            settle(&mut after).is_none() && after == *e
-        };
-        let (defer, nothing_to_settle) = match request.defer_success_record {
-            false => (false, false),
-            true if request.one_off => (true, false),
-            true if store.shared_tables().is_some() => (false, false),
-            true => {
-                let current = store.load_session(key).await?;
-                let unchanged = settled(&current.unwrap_or_default());
-                (unchanged, unchanged)
-            }
-        };
+        // before the answer: the steady state of a session). On a
+        // networked backend the atomic step below is one round trip
+        // already, as the read would be.
+        let nothing_to_settle = request.defer_success_record
+            && !request.one_off
+            && store.shared_tables().is_none()
+            && {
+                let current = store.load_session(key).await?.unwrap_or_default();
+                let mut after = current.clone();
+                settle(&mut after).is_none() && after == current
+            };
+        let defer = (request.defer_success_record && request.one_off) || nothing_to_settle;
+        // Otherwise the profile's success and the session's settling: one
+        // atomic step on Redis (one round trip) and SQLite (one
+        // transaction), two updates on the files and in memory; each edit
+        // sees its record's latest value.
         let mut record = |s: &mut crate::store::AuthState| {
             if let Some(id) = profile_id {
                 record_success(s, id, p, Some(m), now);

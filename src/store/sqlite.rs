@@ -749,7 +749,7 @@ impl Store for SqliteStore {
         // Read before the check below, under `conn`: a commit of this
         // connection cannot fall between the two, and one of another
         // connection that does changes the header from what is kept.
-        let header = self.wal_index.as_ref().and_then(WalIndex::header);
+        let header = self.header_now();
         let mut seen = self.seen();
         if let (Some(h), Some(s)) = (&header, &*seen) {
             if s.header.as_ref() == Some(h) {
