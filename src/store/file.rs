@@ -34,6 +34,7 @@ use super::atomic::{
     create_private_dir, lock_path, remove_stale_temps, write_atomic_with, FaultPlan, FileLock,
 };
 use super::clock::{Clock, SystemClock};
+use super::watch::Watch;
 use super::{AuthProfiles, AuthState, Problem, SessionStore, Store, StoreError};
 
 /// The agent id used when none is given.
@@ -86,6 +87,11 @@ impl StatePaths {
 }
 
 /// A state directory on the local file system.
+///
+/// The secrets are read again only after they changed: an inotify watch
+/// on their paths says so on Linux (one non-blocking `read` per load; see
+/// `watch.rs` for where it is declined), else the file's size, times and
+/// inode do.
 pub struct FileStore {
     agent: String,
     paths: StatePaths,
@@ -98,10 +104,33 @@ pub struct FileStore {
     /// cost ~11k instructions and four system calls per gateway request,
     /// where checking the stamp is one `statx`.
     profiles_seen: Mutex<Option<(Stamp, AuthProfiles)>>,
+    /// The secrets as last read, while a watch on their paths says nothing
+    /// there changed (`watch.rs`): no system call but the watch's one
+    /// `read`, where the stamps cost a `statx` per path (three where the
+    /// file does not exist).
+    profiles_watched: Mutex<Watched>,
+    /// Whether to try a watch at all (tests of the stamps turn it off).
+    use_watch: bool,
     /// Times `auth-profiles.json` was parsed (what the cache saves).
     #[cfg(test)]
     profile_parses: std::sync::atomic::AtomicUsize,
 }
+
+/// The watch over the secrets' paths, and what was read under it.
+#[derive(Debug)]
+enum Watched {
+    /// Not set yet, or spent by a change.
+    Unset,
+    /// Set before `AuthProfiles` was read: no change since.
+    Active(Watch, AuthProfiles),
+    /// None could be set (see `Watch::new`), at this instant; tried again
+    /// after `WATCH_RETRY`, meanwhile the stamps serve.
+    Unavailable(std::time::Instant),
+}
+
+/// How long a store goes by the stamps after a watch could not be set
+/// (the state directory not created yet, no inotify instance left).
+const WATCH_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What tells a file's versions apart without reading it: size,
 /// modification and change times, inode (a rename-into-place, as every
@@ -251,6 +280,8 @@ impl FileStore {
             problems: Mutex::new(Vec::new()),
             reported: Mutex::new(Vec::new()),
             profiles_seen: Mutex::new(None),
+            profiles_watched: Mutex::new(Watched::Unset),
+            use_watch: true,
             #[cfg(test)]
             profile_parses: Default::default(),
             fault: None,
@@ -425,6 +456,31 @@ impl FileStore {
             .map_err(|e| StoreError::io("write", path, &e))
     }
 
+    /// The secrets, read again unless the file's stamp says it is the one
+    /// last parsed (the way without a watch).
+    fn load_profiles_stamped(&self) -> Result<AuthProfiles, StoreError> {
+        let path = &self.paths.profiles;
+        // Missing (as far as one look can tell): the legacy places.
+        let Some(before) = Stamp::of(path) else {
+            return self.initial_profiles();
+        };
+        let seen = || self.profiles_seen.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((s, p)) = &*seen() {
+            if *s == before && s.settled() {
+                return Ok(p.clone());
+            }
+        }
+        #[cfg(test)]
+        self.profile_parses
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(profiles) = self.read_doc::<AuthProfiles>(path)? else {
+            return self.initial_profiles();
+        };
+        // Kept only when the file did not change while it was read.
+        *seen() = (Stamp::of(path).as_ref() == Some(&before)).then(|| (before, profiles.clone()));
+        Ok(profiles)
+    }
+
     /// Secrets when `auth-profiles.json` does not exist: the legacy file,
     /// else the legacy OAuth logins, else nothing.
     fn initial_profiles(&self) -> Result<AuthProfiles, StoreError> {
@@ -468,29 +524,50 @@ impl Store for FileStore {
         &self.agent
     }
 
+    /// The secrets, from what was last read while a watch on their paths
+    /// saw no change; else read, under a watch set first (a change while
+    /// they are read is an event the next call sees).
     fn load_profiles(&self) -> Result<AuthProfiles, StoreError> {
-        let path = &self.paths.profiles;
-        // Missing (as far as one look can tell): the legacy places.
-        let Some(before) = Stamp::of(path) else {
-            return self.initial_profiles();
-        };
-        let seen = || self.profiles_seen.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((s, p)) = &*seen() {
-            if *s == before && s.settled() {
-                return Ok(p.clone());
-            }
+        if !self.use_watch {
+            return self.load_profiles_stamped();
         }
-        #[cfg(test)]
-        self.profile_parses
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let Some(profiles) = self.read_doc::<AuthProfiles>(path)? else {
-            return self.initial_profiles();
+        let mut watched = self
+            .profiles_watched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match &mut *watched {
+            Watched::Active(watch, profiles) if !watch.changed() => return Ok(profiles.clone()),
+            Watched::Unavailable(at) if at.elapsed() < WATCH_RETRY => {
+                drop(watched);
+                return self.load_profiles_stamped();
+            }
+            _ => {}
+        }
+        *watched = Watched::Unset;
+        let paths = &self.paths;
+        let mut files = vec![paths.profiles.as_path(), paths.legacy_oauth.as_path()];
+        files.extend(paths.legacy_profiles.as_deref());
+        let Some(watch) = Watch::new(&paths.root, &files) else {
+            *watched = Watched::Unavailable(std::time::Instant::now());
+            drop(watched);
+            return self.load_profiles_stamped();
         };
-        // Kept only when the file did not change while it was read.
-        *seen() = (Stamp::of(path).as_ref() == Some(&before)).then(|| (before, profiles.clone()));
+        // Held while the files are read: a concurrent call waits for this
+        // read rather than reading them too.
+        let profiles = self.load_profiles_stamped()?;
+        *watched = Watched::Active(watch, profiles.clone());
         Ok(profiles)
     }
 
+    fn update_profiles_dyn(&self, f: &mut dyn FnMut(&mut AuthProfiles)) -> Result<(), StoreError> {
+        let path = self.paths.profiles.clone();
+        *self.profiles_seen.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self
+            .profiles_watched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Watched::Unset;
+        self.update_doc(&path, Self::initial_profiles, f)
+    }
     fn load_state(&self) -> Result<AuthState, StoreError> {
         match self.read_doc(&self.paths.state)? {
             Some(s) => Ok(s),
@@ -500,12 +577,6 @@ impl Store for FileStore {
 
     fn load_sessions(&self) -> Result<SessionStore, StoreError> {
         Ok(self.read_doc(&self.paths.sessions)?.unwrap_or_default())
-    }
-
-    fn update_profiles_dyn(&self, f: &mut dyn FnMut(&mut AuthProfiles)) -> Result<(), StoreError> {
-        let path = self.paths.profiles.clone();
-        *self.profiles_seen.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        self.update_doc(&path, Self::initial_profiles, f)
     }
 
     fn update_state_dyn(&self, f: &mut dyn FnMut(&mut AuthState)) -> Result<(), StoreError> {
@@ -609,7 +680,10 @@ mod tests {
         };
         write(&path, &doc("sk-aaaa"));
         age(&path, 60);
-        let store = FileStore::open(&root, "main").unwrap();
+        let mut store = FileStore::open(&root, "main").unwrap();
+        // The stamps alone (the watch is tested below).
+        store.use_watch = false;
+        let store = store;
         let parses = || store.profile_parses.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!(key_of(&store), "sk-aaaa");
         assert_eq!(key_of(&store), "sk-aaaa");
@@ -649,6 +723,113 @@ mod tests {
         assert_eq!(key_of(&store), "sk-dddd");
         fs::remove_file(&path).unwrap();
         assert!(store.load_profiles().unwrap().profiles.is_empty());
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    // R5.1 with the watch (`watch.rs`): an unchanged secrets file is
+    // parsed once, even a fresh one (no settle time); every change is seen
+    // by the next read, a missing file's legacy places included, and
+    // writes beside it (the routing state, the database) parse nothing.
+    #[test]
+    fn r5_1_a_watched_secrets_file_is_reparsed_only_after_a_change() {
+        let root = tmp("watched");
+        let path = root.join("agents/main/agent/auth-profiles.json");
+        let doc = |k: &str| {
+            format!(r#"{{"profiles": {{"openai:default": {{"type": "api_key", "provider": "openai", "key": "{k}"}}}}}}"#)
+        };
+        fs::create_dir_all(&root).unwrap();
+        let store = FileStore::open(&root, "main").unwrap();
+        let parses = || store.profile_parses.load(std::sync::atomic::Ordering::Relaxed);
+        let active = || {
+            matches!(
+                *store.profiles_watched.lock().unwrap(),
+                Watched::Active(..)
+            )
+        };
+        // Nothing exists yet: the legacy places are watched for too.
+        assert!(store.load_profiles().unwrap().profiles.is_empty());
+        assert!(active(), "the test directory's file system takes a watch");
+        write(
+            &root.join("credentials/oauth.json"),
+            r#"{"anthropic": {"access": "a", "refresh": "r", "expires": 1, "email": "me@x.io"}}"#,
+        );
+        assert!(store
+            .load_profiles()
+            .unwrap()
+            .profiles
+            .contains_key("anthropic:me@x.io"));
+
+        write(&path, &doc("sk-aaaa"));
+        assert_eq!(key_of(&store), "sk-aaaa");
+        let after_first = parses();
+        assert_eq!(key_of(&store), "sk-aaaa");
+        assert_eq!(key_of(&store), "sk-aaaa");
+        assert_eq!(parses(), after_first, "a fresh, unchanged file is not parsed again");
+
+        // Beside it: the routing state, a database's log.
+        store
+            .update_state(|s| s.stats_mut("openai:default").error_count += 1)
+            .unwrap();
+        fs::write(path.with_file_name("state.sqlite-wal"), "x").unwrap();
+        assert_eq!(key_of(&store), "sk-aaaa");
+        assert_eq!(parses(), after_first, "other files' writes");
+
+        // In place, same size, modification time put back, within the
+        // same tick of the file times: the stamps could not tell.
+        let mtime = fs::metadata(&path).unwrap().modified().unwrap();
+        fs::write(&path, doc("sk-bbbb")).unwrap();
+        set_mtime(&path, mtime);
+        assert_eq!(key_of(&store), "sk-bbbb");
+        assert_eq!(parses(), after_first + 1);
+
+        // Renamed into place.
+        let next = root.join("next.json");
+        write(&next, &doc("sk-cccc"));
+        fs::rename(&next, &path).unwrap();
+        assert_eq!(key_of(&store), "sk-cccc");
+        assert_eq!(key_of(&store), "sk-cccc");
+        assert_eq!(parses(), after_first + 2);
+
+        // The store's own write, then a removal.
+        store
+            .update_profiles(|p| {
+                p.profiles
+                    .insert("openai:default".into(), Profile::api_key("openai", "sk-dddd"))
+            })
+            .unwrap();
+        assert_eq!(key_of(&store), "sk-dddd");
+        fs::remove_file(&path).unwrap();
+        assert!(!store
+            .load_profiles()
+            .unwrap()
+            .profiles
+            .contains_key("openai:default"));
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    // Where no watch can be set (the state directory not there yet), the
+    // stamps serve, and a watch is tried again later.
+    #[test]
+    fn r5_1_without_a_watch_the_stamps_serve() {
+        let root = tmp("unwatched");
+        let store = FileStore::open(&root, "main").unwrap();
+        assert!(store.load_profiles().unwrap().profiles.is_empty());
+        assert!(matches!(
+            *store.profiles_watched.lock().unwrap(),
+            Watched::Unavailable(_)
+        ));
+        write(
+            &root.join("agents/main/agent/auth-profiles.json"),
+            r#"{"profiles": {"openai:default": {"type": "api_key", "provider": "openai", "key": "sk-eeee"}}}"#,
+        );
+        assert_eq!(key_of(&store), "sk-eeee");
+        *store.profiles_watched.lock().unwrap() =
+            Watched::Unavailable(std::time::Instant::now() - WATCH_RETRY);
+        assert_eq!(key_of(&store), "sk-eeee");
+        assert!(matches!(
+            *store.profiles_watched.lock().unwrap(),
+            Watched::Active(..)
+        ));
         fs::remove_dir_all(root).unwrap();
     }
 

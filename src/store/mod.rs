@@ -62,6 +62,7 @@ mod sessions;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod state;
+mod watch;
 
 use std::fmt;
 use std::path::PathBuf;
