@@ -638,3 +638,49 @@ async fn r6_2_success_record_without_a_session_is_written_after_the_answer() {
     assert!(used >= last, "the last answer's record: {used} < {last}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// SPEC R5.1, R2.3: the secrets are read at each run's start, so an edit of
+// `auth-profiles.json` while the gateway serves (a rotated key written in
+// place, then one renamed into place, as editors and secret tools do) is
+// used by the very next request, with no reload and no wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r5_1_an_edited_secrets_file_is_used_by_the_next_request() {
+    let gw = Gw::start("edited-secrets", Setup::default()).await;
+    gw.prim.always(ok_openai("ok"));
+    let file = gw.dir.join("state/agents/main/agent/auth-profiles.json");
+    let doc = |key: &str| {
+        json!({"version": 1, "profiles": {
+            "prim:default": {"type": "api_key", "provider": "prim", "key": key},
+        }})
+        .to_string()
+    };
+    let keys = ["sk-prim-ROTATED-1111111111", "sk-prim-ROTATED-2222222222"];
+    // Two requests after each edit: the first reads it, the second is
+    // served from what the first read.
+    let two = || async {
+        for _ in 0..2 {
+            let r = gw.openai(chat("prim/model-a"), None).await;
+            assert_eq!(r.status, 200, "{}", r.text);
+            assert!(!r.text.contains("ROTATED"));
+        }
+    };
+    two().await;
+    std::fs::write(&file, doc(keys[0])).unwrap();
+    two().await;
+    let next = file.with_file_name("auth-profiles.json.new");
+    std::fs::write(&next, doc(keys[1])).unwrap();
+    std::fs::rename(&next, &file).unwrap();
+    two().await;
+    let sent: Vec<String> = gw
+        .prim
+        .seen()
+        .iter()
+        .map(|s| s.headers["authorization"].to_str().unwrap().to_string())
+        .collect();
+    let want: Vec<String> = [SECRETS[0], SECRETS[0], keys[0], keys[0], keys[1], keys[1]]
+        .iter()
+        .map(|k| format!("Bearer {k}"))
+        .collect();
+    assert_eq!(sent, want);
+    gw.stop().await;
+}
