@@ -32,7 +32,11 @@
 //!
 //! Calls run on the calling thread under the connection's mutex; an
 //! indexed read or write takes microseconds, far less than handing the
-//! work to another thread would.
+//! work to another thread would. Reads are served from what this
+//! connection last read or wrote (the routing state, and each session's
+//! entry) for as long as the WAL index shows that no other connection
+//! committed since (`WalIndex`); a commit elsewhere sends the next read to
+//! the tables.
 //!
 //! Worked example: the first `SqliteStore::open(state, "main")` on a state
 //! directory that holds `auth-state.json` and `sessions.json` from the
@@ -86,6 +90,9 @@ pub struct SqliteStore {
     /// How many times `PRAGMA data_version` was asked (tests).
     #[cfg(test)]
     version_checks: std::sync::atomic::AtomicUsize,
+    /// How many times a session entry was read from its table (tests).
+    #[cfg(test)]
+    session_reads: std::sync::atomic::AtomicUsize,
 }
 
 /// The cached routing state and what it was current for.
@@ -96,6 +103,26 @@ struct Seen {
     /// current, when it was whole (see [`WalIndex`]).
     header: Option<WalHeader>,
     state: AuthState,
+    /// Session entries (`None`: no row) read while `state` was current,
+    /// and kept as long as it stays current: another connection's commit
+    /// that the header or `data_version` shows replaces the whole `Seen`,
+    /// and this connection's own writes of an entry put it here
+    /// (`note_session`). A kept session's turn then reads its entry, at
+    /// the run's start and again at its success, with no statement.
+    sessions: rustc_hash::FxHashMap<String, Option<SessionEntry>>,
+}
+
+/// At most this many session entries are kept; past it the map starts
+/// again (the sessions in use are read back at their next turn).
+const SESSIONS_KEPT: usize = 4096;
+
+impl Seen {
+    fn keep_session(&mut self, key: &str, entry: Option<SessionEntry>) {
+        if self.sessions.len() >= SESSIONS_KEPT && !self.sessions.contains_key(key) {
+            self.sessions.clear();
+        }
+        self.sessions.insert(key.to_string(), entry);
+    }
 }
 
 /// Both copies of the WAL-index header (see [`WalIndex`]).
@@ -252,6 +279,8 @@ impl SqliteStore {
             state_reads: Default::default(),
             #[cfg(test)]
             version_checks: Default::default(),
+            #[cfg(test)]
+            session_reads: Default::default(),
         };
         if fresh {
             store.import_files()?;
@@ -363,7 +392,9 @@ impl SqliteStore {
                     .map_err(self.err("write"))?;
             }
         }
-        tx.commit().map_err(self.err("commit"))
+        tx.commit().map_err(self.err("commit"))?;
+        self.forget_sessions();
+        Ok(())
     }
 
     /// The number of session rows.
@@ -605,8 +636,9 @@ impl SqliteStore {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.err("begin"))?;
         let (during, changes) = (self.header_now(), tx.total_changes());
-        self.session_in(&tx, key, f)?;
+        let entry = self.session_in(&tx, key, f)?;
         tx.commit().map_err(self.err("commit"))?;
+        self.note_session(key, entry);
         self.committed(during, conn.total_changes() != changes);
         Ok(())
     }
@@ -628,11 +660,12 @@ impl SqliteStore {
             Some((id, provider, pf)) => self.profile_in(&tx, id, provider, pf)?,
             None => None,
         };
-        self.session_in(&tx, key, f)?;
+        let entry = self.session_in(&tx, key, f)?;
         tx.commit().map_err(self.err("commit"))?;
         if let Some((before, after)) = written {
             self.patch_seen(&before, &after);
         }
+        self.note_session(key, entry);
         self.committed(during, conn.total_changes() != changes);
         Ok(())
     }
@@ -642,7 +675,7 @@ impl SqliteStore {
         tx: &Connection,
         key: &str,
         f: &mut dyn FnMut(&mut SessionEntry),
-    ) -> Result<(), StoreError> {
+    ) -> Result<SessionEntry, StoreError> {
         let before = self.get_session(tx, key)?;
         let mut entry = before.clone().unwrap_or_default();
         f(&mut entry);
@@ -652,7 +685,23 @@ impl SqliteStore {
                 .execute(params![key, to_text(&entry)])
                 .map_err(self.err("write"))?;
         }
-        Ok(())
+        Ok(entry)
+    }
+
+    /// After this connection's commit of a session's row (still holding
+    /// `conn`): the entry as committed, read under the write lock, is the
+    /// table's now, whatever else committed before it.
+    fn note_session(&self, key: &str, entry: SessionEntry) {
+        if let Some(s) = self.seen().as_mut() {
+            s.keep_session(key, Some(entry));
+        }
+    }
+
+    /// After a write of many sessions (import, seeding): none is kept.
+    fn forget_sessions(&self) {
+        if let Some(s) = self.seen().as_mut() {
+            s.sessions.clear();
+        }
     }
 
     /// One profile's read-modify-write in one transaction.
@@ -774,6 +823,7 @@ impl Store for SqliteStore {
             version,
             header,
             state: state.clone(),
+            sessions: Default::default(),
         });
         Ok(state)
     }
@@ -783,9 +833,37 @@ impl Store for SqliteStore {
         self.read_sessions(&conn)
     }
 
+    /// A session's entry: kept from an earlier read or this connection's
+    /// own write while no other connection has committed since (the WAL
+    /// index's header, as for the state), else read. An entry read after
+    /// a commit the header check did not see is kept under the older
+    /// header, which no later check matches (headers never repeat).
     fn load_session(&self, key: &str) -> Result<Option<SessionEntry>, StoreError> {
         let conn = self.conn();
-        self.get_session(&conn, key)
+        let header = self.header_now();
+        let current = |seen: &Option<Seen>| match (&header, seen) {
+            (Some(h), Some(s)) => s.header.as_ref() == Some(h),
+            _ => false,
+        };
+        {
+            let seen = self.seen();
+            if current(&seen) {
+                if let Some(entry) = seen.as_ref().and_then(|s| s.sessions.get(key)) {
+                    return Ok(entry.clone());
+                }
+            }
+        }
+        #[cfg(test)]
+        self.session_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let entry = self.get_session(&conn, key)?;
+        let mut seen = self.seen();
+        if current(&seen) {
+            if let Some(s) = seen.as_mut() {
+                s.keep_session(key, entry.clone());
+            }
+        }
+        Ok(entry)
     }
 
     fn update_profiles_dyn(&self, f: &mut dyn FnMut(&mut AuthProfiles)) -> Result<(), StoreError> {
@@ -830,7 +908,9 @@ impl Store for SqliteStore {
             to_text,
         )
         .map_err(self.err("write"))?;
-        tx.commit().map_err(self.err("commit"))
+        tx.commit().map_err(self.err("commit"))?;
+        self.forget_sessions();
+        Ok(())
     }
 
     fn take_problems(&self) -> Vec<Problem> {
@@ -934,6 +1014,91 @@ mod tests {
             last_used: Some(last_used),
             ..Default::default()
         }
+    }
+
+    fn session_reads(s: &SqliteStore) -> usize {
+        s.session_reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn pinned(profile: &str) -> impl FnMut(&mut SessionEntry) + '_ {
+        move |e| e.auth_profile_override = Some(profile.into())
+    }
+
+    /// SPEC R11.1: a session's entry (and its absence) is read once and
+    /// served again while no other connection commits; this connection's
+    /// own writes of it, and of other rows, keep it served; another
+    /// connection's write of it is read at the next load; a write of many
+    /// sessions forgets them all.
+    #[cfg(unix)]
+    #[test]
+    fn a_session_entry_is_read_again_only_after_another_connection_commits() {
+        let dir = temp("sessions");
+        let a = SqliteStore::open(&dir, "main").unwrap();
+        let b = SqliteStore::open(&dir, "main").unwrap();
+        Store::load_state(&a).unwrap();
+        let load = |s: &SqliteStore, k: &str| Store::load_session(s, k).unwrap();
+        let profile = |s: &SqliteStore, k: &str| load(s, k).and_then(|e| e.auth_profile_override);
+
+        assert_eq!(load(&a, "s1"), None);
+        assert_eq!(load(&a, "s1"), None);
+        assert_eq!(session_reads(&a), 1, "no row: read once");
+
+        // Own writes: the entry, another session, a profile's record.
+        a.update_session_sync("s1", &mut pinned("openai:a")).unwrap();
+        a.update_session_sync("s2", &mut pinned("openai:b")).unwrap();
+        a.update_profile_sync("openai:a", "openai", &mut |s| {
+            s.usage_stats.insert("openai:a".into(), stats(1));
+        })
+        .unwrap();
+        let mut edit = |s: &mut AuthState| {
+            s.usage_stats.insert("openai:a".into(), stats(2));
+        };
+        a.update_success_sync(Some(("openai:a", "openai", &mut edit)), "s1", &mut |_| {})
+            .unwrap();
+        assert_eq!(profile(&a, "s1").as_deref(), Some("openai:a"));
+        assert_eq!(profile(&a, "s2").as_deref(), Some("openai:b"));
+        assert_eq!(session_reads(&a), 1, "own writes are kept, not read");
+
+        // Another connection's write of the entry.
+        b.update_session_sync("s1", &mut pinned("openai:c")).unwrap();
+        assert_eq!(profile(&a, "s1").as_deref(), Some("openai:c"));
+        assert_eq!(session_reads(&a), 2);
+        // Its commit is seen by the next state load, which starts a new
+        // copy: the other session is read again too, once.
+        Store::load_state(&a).unwrap();
+        assert_eq!(profile(&a, "s1").as_deref(), Some("openai:c"));
+        assert_eq!(profile(&a, "s2").as_deref(), Some("openai:b"));
+        assert_eq!(profile(&a, "s2").as_deref(), Some("openai:b"));
+        assert_eq!(session_reads(&a), 4);
+
+        // A commit of the other connection that wrote no session still
+        // sends the next load to the table (the header moved).
+        b.update_profile_sync("openai:b", "openai", &mut |s| {
+            s.usage_stats.insert("openai:b".into(), stats(3));
+        })
+        .unwrap();
+        assert_eq!(profile(&a, "s2").as_deref(), Some("openai:b"));
+        assert_eq!(session_reads(&a), 5);
+
+        // Many sessions written at once: none kept.
+        Store::load_state(&a).unwrap();
+        assert_eq!(profile(&a, "s1").as_deref(), Some("openai:c"));
+        let n = session_reads(&a);
+        let entry = SessionEntry {
+            auth_profile_override: Some("openai:d".into()),
+            ..Default::default()
+        };
+        a.put_sessions([("s1", &entry)]).unwrap();
+        assert_eq!(profile(&a, "s1").as_deref(), Some("openai:d"));
+        assert_eq!(session_reads(&a), n + 1);
+        a.update_sessions_dyn(&mut |all| {
+            all.entries.remove("s1");
+        })
+        .unwrap();
+        assert_eq!(load(&a, "s1"), None);
+        assert_eq!(session_reads(&a), n + 2);
+        assert_eq!(load(&b, "s1"), None);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// The routing state is read once and served again while no other
