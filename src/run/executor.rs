@@ -22,7 +22,7 @@ use crate::store::{
 
 use super::types::*;
 use super::{clear_model_override, clear_notice, notice_reason, RunRequest, Runner};
-use super::{DETAIL_CHARS, REPROBE_INTERVAL_MS, SKIP_KEYS};
+use super::{DETAIL_CHARS, REPROBE_INTERVAL_MS};
 
 /// What to do with one candidate before any attempt.
 enum Plan {
@@ -287,16 +287,8 @@ impl Runner {
         if let Some(t) = self.store.shared_tables() {
             return t.skip_get(session, p, m, now).await;
         }
-        let mut sh = self.shared();
         let key = (session.to_string(), p.to_string(), m.to_string());
-        Ok(match sh.skip.get(&key) {
-            Some((until, reason)) if *until > now => Some(reason.clone()),
-            Some(_) => {
-                sh.skip.remove(&key);
-                None
-            }
-            None => None,
-        })
+        Ok(self.shared().skip.get(&key, now))
     }
 
     async fn mark_skip(
@@ -315,16 +307,10 @@ impl Runner {
                 .skip_put(session, p, m, reason, now.saturating_add(ttl))
                 .await;
         }
-        let mut sh = self.shared();
-        if sh.skip.len() >= SKIP_KEYS {
-            sh.skip.retain(|_, (until, _)| *until > now);
-        }
-        if sh.skip.len() < SKIP_KEYS {
-            sh.skip.insert(
-                (session.to_string(), p.to_string(), m.to_string()),
-                (now.saturating_add(ttl), reason.to_string()),
-            );
-        }
+        let key = (session.to_string(), p.to_string(), m.to_string());
+        self.shared()
+            .skip
+            .put(key, now.saturating_add(ttl), reason, now);
         Ok(())
     }
 

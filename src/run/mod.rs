@@ -182,7 +182,63 @@ struct Shared {
     /// (session, primary) → when the primary was last tried (R11.5).
     reprobe: ReprobeClocks,
     /// (session, provider, model) → (skip until, reason) (R12).
-    skip: HashMap<(String, String, String), (u64, String)>,
+    skip: SkipCache,
+}
+
+/// The process-local skip cache (R12.2): (session, provider, model) →
+/// (skip until, reason), at most [`SKIP_KEYS`] entries; a mark that finds
+/// it full of live entries is dropped (a skip only saves an attempt).
+/// `sweep_at` is at most the earliest expiry held, so a full cache is
+/// walked for expired entries only when one can have expired: before it
+/// was, every mark made while the cache was full walked all 16,384
+/// entries, during exactly the failure storms that fill it.
+#[derive(Debug, Default)]
+struct SkipCache {
+    at: HashMap<(String, String, String), (u64, String)>,
+    /// No entry expires before this (0 when empty: nothing to trust).
+    sweep_at: u64,
+    /// Walks over the full cache (tests).
+    #[cfg(test)]
+    sweeps: usize,
+}
+
+impl SkipCache {
+    /// The reason to skip `key` at `now`, if a live mark holds one.
+    fn get(&mut self, key: &(String, String, String), now: u64) -> Option<String> {
+        match self.at.get(key) {
+            Some((until, reason)) if *until > now => Some(reason.clone()),
+            Some(_) => {
+                self.at.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Marks `key` until `until`, unless the cache is full of live marks.
+    fn put(&mut self, key: (String, String, String), until: u64, reason: &str, now: u64) {
+        if self.at.len() >= SKIP_KEYS && !self.at.contains_key(&key) && self.sweep_at <= now {
+            #[cfg(test)]
+            {
+                self.sweeps += 1;
+            }
+            self.at.retain(|_, (u, _)| *u > now);
+            self.sweep_at = self.at.values().map(|(u, _)| *u).min().unwrap_or(0);
+        }
+        if self.at.len() < SKIP_KEYS || self.at.contains_key(&key) {
+            self.sweep_at = if self.at.is_empty() {
+                until
+            } else {
+                self.sweep_at.min(until)
+            };
+            self.at.insert(key, (until, reason.to_string()));
+        }
+    }
+
+    /// Forgets every mark of `session` (a reset session).
+    fn forget_session(&mut self, session: &str) {
+        self.at.retain(|(s, _, _), _| s != session);
+    }
 }
 
 /// When each (session, primary) pair last tried its primary (R11.5), for
@@ -427,7 +483,7 @@ impl Runner {
         }
         let mut sh = self.shared();
         sh.reprobe.forget_session(session);
-        sh.skip.retain(|(s, _, _), _| s != session);
+        sh.skip.forget_session(session);
         Ok(())
     }
 
@@ -506,6 +562,45 @@ mod tests {
 
     fn pair(s: &str) -> (String, String) {
         (s.to_string(), "p/m".to_string())
+    }
+
+    // R12.2: the skip cache holds at most SKIP_KEYS marks; a mark that
+    // finds it full of live ones is dropped without walking it; once one
+    // can have expired, one walk frees the expired and the mark is kept; a
+    // mark is live until its time, and a reset session's marks go.
+    #[test]
+    fn skip_cache_walks_a_full_table_only_when_a_mark_can_have_expired() {
+        let key = |i: usize| (format!("s{i}"), "openai".to_string(), "gpt".to_string());
+        let mut c = SkipCache::default();
+        for i in 0..SKIP_KEYS {
+            c.put(key(i), 1_000 + i as u64, "rate_limit", 0);
+        }
+        assert_eq!(c.at.len(), SKIP_KEYS);
+        for n in 0..100 {
+            c.put(key(SKIP_KEYS + n), 5_000, "rate_limit", 500);
+        }
+        assert_eq!(c.sweeps, 0, "nothing could have expired at 500");
+        assert_eq!(c.get(&key(SKIP_KEYS), 500), None, "dropped");
+        assert_eq!(c.get(&key(3), 500).as_deref(), Some("rate_limit"));
+
+        // At 1,010 the first eleven have expired: one walk, the mark kept.
+        c.put(key(SKIP_KEYS), 5_000, "overloaded", 1_010);
+        assert_eq!(c.sweeps, 1);
+        assert_eq!(c.at.len(), SKIP_KEYS - 11 + 1);
+        assert_eq!(c.get(&key(SKIP_KEYS), 1_010).as_deref(), Some("overloaded"));
+        for n in 1..=10 {
+            c.put(key(SKIP_KEYS + n), 5_000, "overloaded", 1_010);
+        }
+        assert_eq!(c.at.len(), SKIP_KEYS);
+        c.put(key(SKIP_KEYS + 11), 5_000, "overloaded", 1_010);
+        assert_eq!(c.sweeps, 1, "the earliest left expires at 1,011");
+        assert_eq!(c.get(&key(SKIP_KEYS + 11), 1_010), None);
+
+        // Expired marks are not served; a reset session's marks go.
+        assert_eq!(c.get(&key(11), 1_011), None);
+        assert_eq!(c.get(&key(12), 1_011).as_deref(), Some("rate_limit"));
+        c.forget_session("s12");
+        assert_eq!(c.get(&key(12), 1_011), None);
     }
 
     // R11.5 with REFERENCE e's bound: at most REPROBE_KEYS pairs, the one
