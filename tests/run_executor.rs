@@ -677,6 +677,44 @@ async fn r12_skip_cache() {
     assert!(s.calls().contains(&"openai/gpt@openai:default".to_string()));
 }
 
+// R12.2 with RunRequest::one_off: a run whose session ends with it (the
+// gateway's requests without `x-session-id`, each a key of its own) marks
+// nothing in the skip cache, which no later run could read: each mark
+// would take one of the 16,384 places, or a key on a shared backend for
+// up to ten minutes. Observed by running the same key again as a kept
+// session: the fallback that failed on auth is tried, not skipped.
+#[tokio::test(start_paused = true)]
+async fn r12_a_one_off_run_marks_nothing_in_the_skip_cache() {
+    let h = setup(THREE, KEYS);
+    let runner = failover::run::Runner::new(engine(), Arc::new(config(THREE)), h.store.clone())
+        .unwrap()
+        .with_clock(Arc::new(failover::run::TokioClock::starting_at(T0)))
+        .with_skip_ttl_ms(Some(10 * MINUTE_MS));
+    let s = Script::default()
+        .on("anthropic/claude", vec![http(529, "overloaded")])
+        .on("openai/gpt", vec![http(401, "invalid api key")]);
+    let mut one_off = RunRequest::session("anon-1");
+    one_off.one_off = true;
+    runner.run(&one_off, s.f()).await.unwrap();
+    assert!(s.calls().contains(&"openai/gpt@openai:default".to_string()));
+    advance(2 * MINUTE_MS).await; // every cooldown over
+    h.runner.reset_session("anon-1").unwrap();
+    s.clear_calls();
+    let out = runner
+        .run(&RunRequest::session("anon-1"), s.f())
+        .await
+        .unwrap();
+    assert!(
+        s.calls().contains(&"openai/gpt@openai:default".to_string()),
+        "{:?}",
+        s.calls()
+    );
+    assert!(out
+        .attempts
+        .iter()
+        .all(|a| a.outcome != AttemptOutcome::Skipped));
+}
+
 // Cancel safety: dropping the run mid-attempt rolls back the override.
 #[tokio::test(start_paused = true)]
 async fn cancel_mid_attempt_leaves_state_consistent() {

@@ -937,7 +937,10 @@ impl Runner {
                             // R16.3: the probe learnt nothing about the cooldown.
                             walk.probe_slots.remove(p);
                         }
-                        if !is_primary && auth_class(&behaviour) {
+                        // R12.2; a one-off run's marks could never be read
+                        // (its key is its own, and the chain has no
+                        // duplicates), so it leaves none.
+                        if !is_primary && auth_class(&behaviour) && !request.one_off {
                             self.mark_skip(key, p, m, &reason, now).await?;
                         }
                         let last_candidate = i + 1 == n;

@@ -161,7 +161,9 @@ pub struct RunRequest {
     /// its own). Leaving the primary then starts no re-probe clock
     /// (R11.5): one would never be read, and each would take a place among
     /// the 4,096 (session, primary) pairs kept in memory, pushing real sessions'
-    /// clocks out, or a key on a shared backend (Redis keeps it a day).
+    /// clocks out, or a key on a shared backend (Redis keeps it a day). Nor
+    /// does an auth failure of a fallback leave a skip-cache mark (R12.2),
+    /// for the same reasons.
     pub one_off: bool,
 }
 
