@@ -287,6 +287,28 @@ async fn start_relay(
     (child, port)
 }
 
+/// `cmd`'s process gets SIGTERM when the bench's main thread ends, even
+/// when the bench is killed: no gateway, relay or LiteLLM is left behind
+/// holding its port. (Every child here is spawned from the main thread,
+/// which `block_on` runs on.)
+fn dies_with_bench(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the closure makes one system call (prctl), which is
+        // async-signal-safe, and allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| {
+                rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::TERM,
+                ))
+                .map_err(std::io::Error::from)
+            });
+        }
+    }
+    cmd
+}
+
 /// Starts `bin serve` on a free port with the bench's config and its own
 /// state directory under `dir`, and waits until it answers `/healthz`.
 async fn start_gateway(
@@ -297,7 +319,7 @@ async fn start_gateway(
     http: &reqwest::Client,
 ) -> (std::process::Child, u16) {
     let port = free_port();
-    let child = std::process::Command::new(bin)
+    let child = dies_with_bench(&mut std::process::Command::new(bin))
         .arg("serve")
         .args(workers.iter().flat_map(|w| ["--workers", w]))
         .args(["--listen", &format!("127.0.0.1:{port}"), "--config"])
@@ -584,7 +606,7 @@ async fn side_by_side(
     );
     std::fs::write(dir.join("litellm.yaml"), cfg).unwrap();
     let port = free_port();
-    let mut child = std::process::Command::new(bin)
+    let mut child = dies_with_bench(&mut std::process::Command::new(bin))
         .arg("--config")
         .arg(dir.join("litellm.yaml"))
         .args([
