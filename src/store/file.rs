@@ -568,6 +568,7 @@ impl Store for FileStore {
             .unwrap_or_else(|e| e.into_inner()) = Watched::Unset;
         self.update_doc(&path, Self::initial_profiles, f)
     }
+
     fn load_state(&self) -> Result<AuthState, StoreError> {
         match self.read_doc(&self.paths.state)? {
             Some(s) => Ok(s),

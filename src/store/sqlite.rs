@@ -675,25 +675,28 @@ impl SqliteStore {
         tx: &Connection,
         key: &str,
         f: &mut dyn FnMut(&mut SessionEntry),
-    ) -> Result<SessionEntry, StoreError> {
+    ) -> Result<Option<SessionEntry>, StoreError> {
         let before = self.get_session(tx, key)?;
         let mut entry = before.clone().unwrap_or_default();
         f(&mut entry);
-        if before.as_ref() != Some(&entry) {
-            tx.prepare_cached("INSERT OR REPLACE INTO sessions (key, entry) VALUES (?1, ?2)")
-                .map_err(self.err("write"))?
-                .execute(params![key, to_text(&entry)])
-                .map_err(self.err("write"))?;
+        if before.as_ref() == Some(&entry) {
+            return Ok(before);
         }
-        Ok(entry)
+        let text = to_text(&entry);
+        tx.prepare_cached("INSERT OR REPLACE INTO sessions (key, entry) VALUES (?1, ?2)")
+            .map_err(self.err("write"))?
+            .execute(params![key, &text])
+            .map_err(self.err("write"))?;
+        // The row as `get_session` reads it back, from the text written.
+        Ok(self.parse("session", key, &text))
     }
 
     /// After this connection's commit of a session's row (still holding
     /// `conn`): the entry as committed, read under the write lock, is the
     /// table's now, whatever else committed before it.
-    fn note_session(&self, key: &str, entry: SessionEntry) {
+    fn note_session(&self, key: &str, entry: Option<SessionEntry>) {
         if let Some(s) = self.seen().as_mut() {
-            s.keep_session(key, Some(entry));
+            s.keep_session(key, entry);
         }
     }
 
