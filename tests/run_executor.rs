@@ -614,6 +614,29 @@ async fn r11_6_live_switch() {
     assert_eq!(out.model_ref(), "openai/gpt");
 }
 
+/// Once every cooldown is over, `session` is reset through the harness's
+/// own runner (only the store's override is cleared; `runner` keeps what
+/// it remembers): `runner`'s next turn of it tries openai again and skips
+/// nothing, so `runner` holds no skip mark for it (R12).
+async fn next_turn_tries_openai(h: &H, runner: &failover::run::Runner, s: &Script, session: &str) {
+    advance(2 * MINUTE_MS).await;
+    h.runner.reset_session(session).unwrap();
+    s.clear_calls();
+    let out = runner
+        .run(&RunRequest::session(session), s.f())
+        .await
+        .unwrap();
+    assert!(
+        s.calls().contains(&"openai/gpt@openai:default".to_string()),
+        "{:?}",
+        s.calls()
+    );
+    assert!(out
+        .attempts
+        .iter()
+        .all(|a| a.outcome != AttemptOutcome::Skipped));
+}
+
 // R12.1, R12.2: off by default; when on, a non-primary auth failure is
 // skipped on the next turn, the primary never.
 #[tokio::test(start_paused = true)]
@@ -643,19 +666,7 @@ async fn r12_skip_cache() {
     let s = script();
     runner.run(&req(), s.f()).await.unwrap();
     assert!(s.calls().contains(&"openai/gpt@openai:default".to_string()));
-    advance(2 * MINUTE_MS).await; // every cooldown over
-    h.runner.reset_session("s1").unwrap();
-    s.clear_calls();
-    let out = runner.run(&req(), s.f()).await.unwrap();
-    assert!(
-        s.calls().contains(&"openai/gpt@openai:default".to_string()),
-        "{:?}",
-        s.calls()
-    );
-    assert!(out
-        .attempts
-        .iter()
-        .all(|a| a.outcome != AttemptOutcome::Skipped));
+    next_turn_tries_openai(&h, &runner, &s, "s1").await;
 
     let h = setup(THREE, KEYS);
     let runner = failover::run::Runner::new(engine(), Arc::new(config(THREE)), h.store.clone())
@@ -697,22 +708,7 @@ async fn r12_a_one_off_run_marks_nothing_in_the_skip_cache() {
     one_off.one_off = true;
     runner.run(&one_off, s.f()).await.unwrap();
     assert!(s.calls().contains(&"openai/gpt@openai:default".to_string()));
-    advance(2 * MINUTE_MS).await; // every cooldown over
-    h.runner.reset_session("anon-1").unwrap();
-    s.clear_calls();
-    let out = runner
-        .run(&RunRequest::session("anon-1"), s.f())
-        .await
-        .unwrap();
-    assert!(
-        s.calls().contains(&"openai/gpt@openai:default".to_string()),
-        "{:?}",
-        s.calls()
-    );
-    assert!(out
-        .attempts
-        .iter()
-        .all(|a| a.outcome != AttemptOutcome::Skipped));
+    next_turn_tries_openai(&h, &runner, &s, "anon-1").await;
 }
 
 // Cancel safety: dropping the run mid-attempt rolls back the override.

@@ -609,11 +609,7 @@ mod tests {
     use std::fs;
 
     fn tmp(name: &str) -> PathBuf {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        std::env::temp_dir().join(format!("failover-fs-{name}-{}-{nanos}", std::process::id()))
+        crate::store::test_dir("fs", name)
     }
 
     fn write(path: &Path, text: &str) {
@@ -646,6 +642,24 @@ mod tests {
         fs::remove_dir_all(root).unwrap();
     }
 
+    fn doc(k: &str) -> String {
+        format!(r#"{{"profiles": {{"openai:default": {{"type": "api_key", "provider": "openai", "key": "{k}"}}}}}}"#)
+    }
+
+    /// The store's own write of the secrets is read back; then the file is
+    /// removed: the secrets read after that.
+    fn own_write_then_removal(store: &FileStore, path: &Path) -> AuthProfiles {
+        store
+            .update_profiles(|p| {
+                p.profiles
+                    .insert("openai:default".into(), Profile::api_key("openai", "sk-dddd"))
+            })
+            .unwrap();
+        assert_eq!(key_of(store), "sk-dddd");
+        fs::remove_file(path).unwrap();
+        store.load_profiles().unwrap()
+    }
+
     fn key_of(store: &FileStore) -> String {
         match &store.load_profiles().unwrap().profiles["openai:default"].credential {
             crate::store::Credential::ApiKey { key, .. } => {
@@ -676,9 +690,6 @@ mod tests {
     fn r5_1_profiles_are_reparsed_only_when_the_file_changes() {
         let root = tmp("seen");
         let path = root.join("agents/main/agent/auth-profiles.json");
-        let doc = |k: &str| {
-            format!(r#"{{"profiles": {{"openai:default": {{"type": "api_key", "provider": "openai", "key": "{k}"}}}}}}"#)
-        };
         write(&path, &doc("sk-aaaa"));
         age(&path, 60);
         let mut store = FileStore::open(&root, "main").unwrap();
@@ -714,16 +725,7 @@ mod tests {
         assert_eq!(key_of(&store), "sk-cccc");
         assert_eq!(parses(), 5);
 
-        // The store's own write, then a removal.
-        store
-            .update_profiles(|p| {
-                p.profiles
-                    .insert("openai:default".into(), Profile::api_key("openai", "sk-dddd"))
-            })
-            .unwrap();
-        assert_eq!(key_of(&store), "sk-dddd");
-        fs::remove_file(&path).unwrap();
-        assert!(store.load_profiles().unwrap().profiles.is_empty());
+        assert!(own_write_then_removal(&store, &path).profiles.is_empty());
         fs::remove_dir_all(root).unwrap();
     }
 
@@ -735,9 +737,6 @@ mod tests {
     fn r5_1_a_watched_secrets_file_is_reparsed_only_after_a_change() {
         let root = tmp("watched");
         let path = root.join("agents/main/agent/auth-profiles.json");
-        let doc = |k: &str| {
-            format!(r#"{{"profiles": {{"openai:default": {{"type": "api_key", "provider": "openai", "key": "{k}"}}}}}}"#)
-        };
         fs::create_dir_all(&root).unwrap();
         let store = FileStore::open(&root, "main").unwrap();
         let parses = || store.profile_parses.load(std::sync::atomic::Ordering::Relaxed);
@@ -791,18 +790,7 @@ mod tests {
         assert_eq!(key_of(&store), "sk-cccc");
         assert_eq!(parses(), after_first + 2);
 
-        // The store's own write, then a removal.
-        store
-            .update_profiles(|p| {
-                p.profiles
-                    .insert("openai:default".into(), Profile::api_key("openai", "sk-dddd"))
-            })
-            .unwrap();
-        assert_eq!(key_of(&store), "sk-dddd");
-        fs::remove_file(&path).unwrap();
-        assert!(!store
-            .load_profiles()
-            .unwrap()
+        assert!(!own_write_then_removal(&store, &path)
             .profiles
             .contains_key("openai:default"));
         fs::remove_dir_all(root).unwrap();

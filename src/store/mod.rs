@@ -67,6 +67,20 @@ mod watch;
 use std::fmt;
 use std::path::PathBuf;
 
+/// A fresh path under the system's temporary directory for one test
+/// (`failover-<kind>-<name>-<pid>-<ns>`), not created.
+#[cfg(test)]
+pub(crate) fn test_dir(kind: &str, name: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    std::env::temp_dir().join(format!(
+        "failover-{kind}-{name}-{}-{nanos}",
+        std::process::id()
+    ))
+}
+
 pub use atomic::create_private_dir;
 #[cfg(any(test, feature = "test-util"))]
 pub use atomic::{FaultAction, FaultPlan, WriteFault};

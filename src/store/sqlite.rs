@@ -988,14 +988,7 @@ mod tests {
     use super::*;
 
     fn temp(name: &str) -> PathBuf {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        std::env::temp_dir().join(format!(
-            "failover-sqlite-{name}-{}-{nanos}",
-            std::process::id()
-        ))
+        crate::store::test_dir("sqlite", name)
     }
 
     fn reads(s: &SqliteStore) -> usize {

@@ -209,14 +209,7 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     fn tmp(name: &str) -> PathBuf {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "failover-watch-{name}-{}-{nanos}",
-            std::process::id()
-        ));
+        let dir = crate::store::test_dir("watch", name);
         fs::create_dir_all(&dir).unwrap();
         dir
     }
