@@ -288,9 +288,9 @@ async fn start_relay(
 }
 
 /// `cmd`'s process gets SIGTERM when the bench's main thread ends, even
-/// when the bench is killed: no gateway, relay or LiteLLM is left behind
-/// holding its port. (Every child here is spawned from the main thread,
-/// which `block_on` runs on.)
+/// when the bench is killed: no gateway or LiteLLM is left behind holding
+/// its port (the relays end when their stdin closes). Every child here is
+/// spawned from the main thread, which `block_on` runs on.
 fn dies_with_bench(cmd: &mut std::process::Command) -> &mut std::process::Command {
     #[cfg(target_os = "linux")]
     {
