@@ -535,7 +535,7 @@ impl Store for FileStore {
             .profiles_watched
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        match &mut *watched {
+        match &*watched {
             Watched::Active(watch, profiles) if !watch.changed() => return Ok(profiles.clone()),
             Watched::Unavailable(at) if at.elapsed() < WATCH_RETRY => {
                 drop(watched);
