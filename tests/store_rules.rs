@@ -193,15 +193,10 @@ fn r6_7_subscription_with_backup() {
         reset_at: Some(reset),
         ..fail("rate_limit", &b, Some("gpt-5"))
     };
-    mark_failure(
-        &store,
-        "openai:user@example.com",
-        "openai",
-        &f,
-        &CooldownPolicy::default(),
-        T0,
-    )
-    .unwrap();
+    // A three-day reset, as the operator allows (R17.1: a day by default).
+    let weekly = CooldownPolicy::default()
+        .with_provider_reset_max(std::time::Duration::from_secs(7 * 24 * 3600));
+    mark_failure(&store, "openai:user@example.com", "openai", &f, &weekly, T0).unwrap();
 
     let during = route(T0 + DAY_MS);
     assert_eq!(during.attempts, ["openai:api-key-backup"]);

@@ -198,7 +198,12 @@ pub fn record_failure(
         *c
     };
     s.last_failure_at = Some(now_ms);
-    let exact = failure.reset_at.filter(|r| *r > now_ms);
+    // R6.7: the provider's own reset time, capped by the operator's policy
+    // for this reason (a `Retry-After` of 30 years is the provider's
+    // wish, not the operator's).
+    let exact = failure.reset_at.filter(|r| *r > now_ms).map(|r| {
+        r.min(now_ms.saturating_add(policy.provider_reset_cap_ms(b.disable, provider)))
+    });
 
     if let Some(lane) = b.disable {
         if let Some(until) = s.disabled_until.filter(|u| *u > now_ms) {
@@ -590,7 +595,8 @@ mod tests {
         );
     }
 
-    // R6.7: an exact reset time replaces the computed window.
+    // R6.7: an exact reset time replaces the computed window, up to the
+    // operator's cap (`providerResetMaxHours`, issue 30).
     #[test]
     fn r6_7_exact_reset_time_wins() {
         let mut s = AuthState::default();
@@ -602,16 +608,24 @@ mod tests {
             model: Some("gpt-5"),
             reset_at: Some(reset),
         };
+        let weekly = CooldownPolicy::default()
+            .with_provider_reset_max(std::time::Duration::from_secs(7 * 24 * 3600));
+        record_failure(&mut s, "openai:sub", "openai", &f, &weekly, T0);
+        assert!(!is_available(&s, "openai:sub", Some("gpt-5"), reset - 1));
+        assert!(is_available(&s, "openai:sub", Some("gpt-5"), reset));
+        // With the default cap the same reset cools for a day.
         record_failure(
             &mut s,
-            "openai:sub",
+            "openai:capped",
             "openai",
             &f,
             &CooldownPolicy::default(),
             T0,
         );
-        assert!(!is_available(&s, "openai:sub", Some("gpt-5"), reset - 1));
-        assert!(is_available(&s, "openai:sub", Some("gpt-5"), reset));
+        assert_eq!(
+            s.usage_stats["openai:capped"].cooldown_until,
+            Some(T0 + 24 * HOUR_MS)
+        );
         // A reset time in the past is ignored.
         let f = Failure {
             reset_at: Some(T0 - 1),
@@ -680,5 +694,39 @@ mod tests {
             "c is usable for m"
         );
         assert_eq!(soonest_expiry(&s, ["a", "new"], None, T0), None);
+    }
+
+    // R17.1, issue 30: a provider's reset time cannot disable or cool a profile
+    // for longer than the operator's policy for that reason allows.
+    #[test]
+    fn a_providers_reset_time_is_capped_per_reason() {
+        let p = CooldownPolicy::default();
+        let far = T0 + 31 * 365 * 24 * HOUR_MS;
+        let billing = ReasonBehaviour {
+            failover: true,
+            disable: Some(DisableLane::Billing),
+            ..Default::default()
+        };
+        let auth_permanent = ReasonBehaviour {
+            failover: true,
+            disable: Some(DisableLane::AuthPermanent),
+            ..Default::default()
+        };
+        for (b, reason, until) in [
+            (rate_limit(), "rate_limit", T0 + 24 * HOUR_MS),
+            (billing, "billing", T0 + 24 * HOUR_MS),
+            (auth_permanent, "auth_permanent", T0 + 60 * MINUTE_MS),
+        ] {
+            let mut s = AuthState::default();
+            let f = Failure {
+                reason,
+                behaviour: &b,
+                model: None,
+                reset_at: Some(far),
+            };
+            record_failure(&mut s, "p:1", "p", &f, &p, T0);
+            let st = &s.usage_stats["p:1"];
+            assert_eq!(st.cooldown_until.or(st.disabled_until), Some(until), "{reason}");
+        }
     }
 }

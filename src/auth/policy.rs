@@ -46,6 +46,9 @@ pub const DEFAULT_FAILURE_WINDOW: Duration = Duration::from_secs(24 * 3600);
 pub const DEFAULT_AUTH_PERMANENT_BACKOFF: Duration = Duration::from_secs(10 * 60);
 /// `auth_permanent` disables stop doubling at 60 min (R16.4).
 pub const DEFAULT_AUTH_PERMANENT_MAX: Duration = Duration::from_secs(60 * 60);
+/// A provider's own reset time (`Retry-After`, R6.7) cools a profile for
+/// at most a day (`providerResetMaxHours`, issue 30).
+pub const DEFAULT_PROVIDER_RESET_MAX: Duration = Duration::from_secs(24 * 3600);
 /// One extra profile per provider for an overloaded reason (R8.5).
 pub const DEFAULT_OVERLOADED_PROFILE_ROTATIONS: u32 = 1;
 /// No pause before an overloaded rotation (R8.5).
@@ -78,6 +81,7 @@ pub struct CooldownPolicy {
     failure_window: Duration,
     auth_permanent_backoff: Duration,
     auth_permanent_max: Duration,
+    provider_reset_max: Duration,
     overloaded_profile_rotations: u32,
     overloaded_backoff: Duration,
     rate_limited_profile_rotations: u32,
@@ -115,6 +119,7 @@ impl CooldownPolicy {
             failure_window: DEFAULT_FAILURE_WINDOW,
             auth_permanent_backoff: DEFAULT_AUTH_PERMANENT_BACKOFF,
             auth_permanent_max: DEFAULT_AUTH_PERMANENT_MAX,
+            provider_reset_max: DEFAULT_PROVIDER_RESET_MAX,
             overloaded_profile_rotations: DEFAULT_OVERLOADED_PROFILE_ROTATIONS,
             overloaded_backoff: DEFAULT_OVERLOADED_BACKOFF,
             rate_limited_profile_rotations: DEFAULT_RATE_LIMITED_PROFILE_ROTATIONS,
@@ -160,6 +165,14 @@ impl CooldownPolicy {
     /// `authPermanentBackoffMinutes`: the first `auth_permanent` disable.
     pub fn with_auth_permanent_backoff(mut self, d: Duration) -> Self {
         self.auth_permanent_backoff = d;
+        self
+    }
+
+    /// `providerResetMaxHours`: the longest cooldown a provider's own
+    /// reset time (`Retry-After`, R6.7) may set; see
+    /// [`CooldownPolicy::provider_reset_cap`].
+    pub fn with_provider_reset_max(mut self, d: Duration) -> Self {
+        self.provider_reset_max = d;
         self
     }
 
@@ -230,6 +243,11 @@ impl CooldownPolicy {
         self.auth_permanent_max
     }
 
+    /// `providerResetMaxHours`.
+    pub fn provider_reset_max(&self) -> Duration {
+        self.provider_reset_max
+    }
+
     /// How long the `n`-th failure (1-based, within the failure window) on
     /// `lane` disables a profile of `provider`: the base doubled per
     /// failure, capped (or the base, when the cap is lower), never under
@@ -265,6 +283,25 @@ impl CooldownPolicy {
             DisableLane::AuthPermanent => (self.auth_permanent_backoff, self.auth_permanent_max),
         };
         super::cooldown::lane_ms(ms(base), ms(max), n)
+    }
+
+    /// The longest window a provider's own reset time (`Retry-After`,
+    /// R6.7) may set for a failure on `lane` (`None`: a cooldown): a
+    /// disable lasts at most its lane's cap (`billingMaxHours`,
+    /// `authPermanentMaxMinutes`), a cooldown at most
+    /// `providerResetMaxHours` (24 h by default: a weekly window of R6.7 is
+    /// then learnt again once a day, by one attempt that rotates on at
+    /// once). A provider cannot lock a profile out for longer than the
+    /// operator's own policy would.
+    pub fn provider_reset_cap(&self, lane: Option<DisableLane>, provider: &str) -> Duration {
+        Duration::from_millis(self.provider_reset_cap_ms(lane, provider))
+    }
+
+    pub(crate) fn provider_reset_cap_ms(&self, lane: Option<DisableLane>, provider: &str) -> u64 {
+        match lane {
+            Some(lane) => self.disable_ms(lane, provider, u32::MAX),
+            None => ms(self.provider_reset_max),
+        }
     }
 
     pub(crate) fn rotation_backoff_ms(&self, budget: RotationBudget) -> u64 {

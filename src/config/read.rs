@@ -668,6 +668,7 @@ impl Reader {
         let mut failure_window_hours = in_hours(d.failure_window());
         let mut auth_permanent_backoff_minutes = in_minutes(d.auth_permanent_backoff());
         let mut auth_permanent_max_minutes = in_minutes(d.auth_permanent_max());
+        let mut provider_reset_max_hours = in_hours(d.provider_reset_max());
         let mut overloaded_profile_rotations = crate::auth::DEFAULT_OVERLOADED_PROFILE_ROTATIONS;
         let mut rate_limited_profile_rotations =
             crate::auth::DEFAULT_RATE_LIMITED_PROFILE_ROTATIONS;
@@ -683,6 +684,7 @@ impl Reader {
             "rateLimitedProfileRotations",
             "authPermanentBackoffMinutes",
             "authPermanentMaxMinutes",
+            "providerResetMaxHours",
         ];
         for (k, v) in self.entries(map, &known) {
             self.key(k, |r| match k {
@@ -691,6 +693,7 @@ impl Reader {
                 "failureWindowHours" => r.positive(v, &mut failure_window_hours),
                 "authPermanentBackoffMinutes" => r.positive(v, &mut auth_permanent_backoff_minutes),
                 "authPermanentMaxMinutes" => r.positive(v, &mut auth_permanent_max_minutes),
+                "providerResetMaxHours" => r.positive(v, &mut provider_reset_max_hours),
                 "overloadedProfileRotations" => r.count(v, u32::MAX.into(), |n| {
                     overloaded_profile_rotations = n as u32
                 }),
@@ -746,6 +749,7 @@ impl Reader {
                 d.auth_permanent_backoff(),
             ))
             .with_auth_permanent_max(minutes(auth_permanent_max_minutes, d.auth_permanent_max()))
+            .with_provider_reset_max(hours(provider_reset_max_hours, d.provider_reset_max()))
             .with_overloaded_profile_rotations(overloaded_profile_rotations)
             .with_rate_limited_profile_rotations(rate_limited_profile_rotations)
             .with_overloaded_backoff(overloaded_backoff);

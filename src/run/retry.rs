@@ -77,8 +77,32 @@ fn retryable(status: u16) -> bool {
     matches!(status, 408 | 409 | 429) || (500..600).contains(&status)
 }
 
+/// The longest wait a response can ask for, as this crate reads it: a
+/// `Retry-After` beyond it is read as this (a week). A provider's header
+/// is untrusted input: `1e308`, `18446744073709551616` or a date in the
+/// year 9999 saturate here instead of overflowing a `Duration` or an
+/// epoch, and what the runner then does with the wait is capped again by
+/// the policy of the failure's reason (`auth.cooldowns`, R7.5).
+pub const MAX_REQUESTED_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A number of `unit_ms` milliseconds as a header gives it (`30`, `1.5`,
+/// `1e308`): negative, NaN and non-numbers are `None`; anything past
+/// [`MAX_REQUESTED_WAIT`] is that.
+fn bounded_wait(text: &str, unit_ms: f64) -> Option<Duration> {
+    let n = text.parse::<f64>().ok().filter(|n| *n >= 0.0)?;
+    let ms = n * unit_ms;
+    let max_ms = MAX_REQUESTED_WAIT.as_millis() as f64;
+    // `+inf` (from `1e400`) is past the bound too; NaN failed the filter.
+    Some(if ms >= max_ms {
+        MAX_REQUESTED_WAIT
+    } else {
+        Duration::from_micros((ms * 1000.0) as u64)
+    })
+}
+
 /// The wait a response asks for: `retry-after-ms` first, then
-/// `retry-after` as seconds or as an HTTP date (against `now_ms`).
+/// `retry-after` as seconds or as an HTTP date (against `now_ms`), at most
+/// [`MAX_REQUESTED_WAIT`]. Never panics, whatever the header says.
 pub fn requested_wait(headers: &[(&str, &str)], now_ms: u64) -> Option<Duration> {
     let get = |name: &str| {
         headers
@@ -86,17 +110,15 @@ pub fn requested_wait(headers: &[(&str, &str)], now_ms: u64) -> Option<Duration>
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.trim())
     };
-    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
-        }
+    if let Some(w) = get("retry-after-ms").and_then(|v| bounded_wait(v, 1.0)) {
+        return Some(w);
     }
     let v = get("retry-after")?;
-    if let Ok(s) = v.parse::<f64>() {
-        return (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s));
+    if v.parse::<f64>().is_ok() {
+        return bounded_wait(v, 1000.0);
     }
     let at = parse_http_date(v)?;
-    Some(Duration::from_millis(at.saturating_sub(now_ms)))
+    Some(Duration::from_millis(at.saturating_sub(now_ms)).min(MAX_REQUESTED_WAIT))
 }
 
 /// Whether the SDK may wait for this response (see the module docs).
@@ -119,10 +141,20 @@ pub fn should_wait(
     }
 }
 
-/// IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) → epoch ms.
+/// IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`) → epoch ms. Every field
+/// is range-checked (years 1970–9999), so no arithmetic below can
+/// overflow.
 fn parse_http_date(s: &str) -> Option<u64> {
-    let parts: Vec<&str> = s.split_whitespace().collect();
-    let [_, day, month, year, time, zone] = parts.as_slice() else {
+    let mut parts = s.split_whitespace();
+    let (Some(_), Some(day), Some(month), Some(year), Some(time), Some(zone), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
         return None;
     };
     if !zone.eq_ignore_ascii_case("GMT") {
@@ -131,19 +163,19 @@ fn parse_http_date(s: &str) -> Option<u64> {
     const MONTHS: [&str; 12] = [
         "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
     ];
+    let field = |t: &str, max: i64| t.parse::<i64>().ok().filter(|n| (0..=max).contains(n));
     let m = MONTHS.iter().position(|n| n.eq_ignore_ascii_case(month))? as i64 + 1;
-    let d: i64 = day.parse().ok()?;
-    let y: i64 = year.parse().ok()?;
-    let hms: Vec<i64> = time
-        .split(':')
-        .map(|p| p.parse().ok())
-        .collect::<Option<_>>()?;
-    let [hh, mm, ss] = hms.as_slice() else {
+    let d = field(day, 31).filter(|d| *d >= 1)?;
+    let y = field(year, 9999).filter(|y| *y >= 1970)?;
+    let mut hms = time.split(':');
+    let (Some(hh), Some(mm), Some(ss), None) = (hms.next(), hms.next(), hms.next(), hms.next())
+    else {
         return None;
     };
+    let (hh, mm, ss) = (field(hh, 23)?, field(mm, 59)?, field(ss, 60)?);
     // Howard Hinnant's days_from_civil.
     let y2 = if m <= 2 { y - 1 } else { y };
-    let era = if y2 >= 0 { y2 } else { y2 - 399 } / 400;
+    let era = y2 / 400;
     let yoe = y2 - era * 400;
     let mp = (m + 9) % 12;
     let doy = (153 * mp + 2) / 5 + d - 1;
@@ -215,6 +247,49 @@ mod tests {
         assert_eq!(
             should_wait(429, &[("retry-after", "3600")], NOW, off),
             RetryDecision::Wait(Some(Duration::from_secs(3600)))
+        );
+    }
+
+    // Issue 30: whatever a provider's header says, the wait is bounded and
+    // reading it never panics.
+    #[test]
+    fn r7_5_hostile_headers_saturate() {
+        let week = MAX_REQUESTED_WAIT;
+        for (name, value) in [
+            ("retry-after", "1e308"),
+            ("retry-after", "18446744073709551616"),
+            ("retry-after", "1e20"),
+            ("retry-after", "999999999"),
+            ("retry-after", "inf"),
+            ("retry-after-ms", "1e308"),
+            ("retry-after-ms", "340282366920938463463374607431768211456"),
+            ("retry-after", "Fri, 31 Dec 9999 23:59:59 GMT"),
+        ] {
+            assert_eq!(requested_wait(&[(name, value)], NOW), Some(week), "{name}: {value}");
+        }
+        for bad in [
+            "-1",
+            "NaN",
+            "",
+            "Fri, 31 Dec 99999999999999999 23:59:59 GMT",
+            "Fri, 32 Dec 2026 00:00:00 GMT",
+            "Fri, 01 Dec 2026 24:00:00 GMT",
+            "Fri, 01 Dec 2026 00:00:00 GMT extra",
+        ] {
+            assert_eq!(requested_wait(&[("retry-after", bad)], NOW), None, "{bad}");
+        }
+        assert_eq!(
+            requested_wait(&[("retry-after", "1.5")], NOW),
+            Some(Duration::from_millis(1500))
+        );
+        // A date in the past asks for no wait.
+        assert_eq!(
+            requested_wait(&[("retry-after", "Thu, 01 Jan 1970 00:00:00 GMT")], NOW),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            should_wait(429, &[("retry-after", "1e308")], NOW, RetryCap::default()),
+            RetryDecision::SurfaceNow
         );
     }
 }
