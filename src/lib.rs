@@ -111,10 +111,11 @@ pub use policy::{CronPayload, ModelKind, ModelRef};
 
 pub use auth::{CooldownPolicy, ProfileMeta};
 pub use compile::DisableLane;
+pub use redact::Redactor;
 pub use run::{
     session_hash, Attempt, AttemptError, AttemptOutcome, AttemptRecord, Decision, DecisionKind,
     FallbackSummaryError, Notice, ProviderFailure, RunError, RunOutput, RunRequest, Runner,
-    StepOutcome, SurfacedError, SKIP_TTL_ENV, TRACING_TARGET,
+    StateHealth, StepOutcome, SurfacedError, SKIP_TTL_ENV, TRACING_TARGET,
 };
 pub use store::{AsyncStore, Store};
 
@@ -150,7 +151,7 @@ pub mod state {
 pub mod retry {
     pub use crate::run::{
         requested_wait, should_wait, RetryCap, RetryDecision, DEFAULT_RETRY_MAX_WAIT,
-        RETRY_MAX_WAIT_ENV,
+        MAX_REQUESTED_WAIT, RETRY_MAX_WAIT_ENV,
     };
 }
 

@@ -15,14 +15,15 @@
 //! - [`scrub_quoted`] and [`scrub_serde_error`]: a YAML or JSON parser's
 //!   message about a file, without the value it quotes (`invalid value:
 //!   string "…"`), for config and state files;
-//! - [`scrub_known`]: the secrets actually stored are removed from a
+//! - [`Redactor`]: the secrets actually stored are removed from a
 //!   provider's error text, in any letter case and in part (any run of
 //!   [`MIN_SECRET_PIECE`] characters of one), since providers echo keys
-//!   upper-cased or cut.
+//!   upper-cased or cut, and in every encoding a reader could decode
+//!   (escapes, percent-encoding, HTML references, base64).
 //!
 //! Example: `redact("profile sk-proj-abcdefghijklmnopqrstuvwxyz123456 failed")`
-//! is `profile sk-…3456 failed`; `scrub_known("KEY SK-PROJ-ABCDEFGHIJKL…",
-//! ["sk-proj-abcdefghijklmnopqrstuvwxyz123456"])` is `KEY <redacted>…`.
+//! is `profile sk-…3456 failed`; `Redactor::new(["sk-proj-abcdefghijklmnopqrstuvwxyz123456"])
+//! .scrub("KEY SK-PROJ-ABCDEFGHIJKL…")` is `KEY <redacted>…`.
 
 use std::borrow::Cow;
 
@@ -368,77 +369,362 @@ pub fn redact_json(v: &mut serde_json::Value) {
 /// ordinary words.
 pub const MIN_SECRET_PIECE: usize = 12;
 
-/// `text` with every stored secret in `secrets` replaced by `<redacted>`:
-/// whole, in any ASCII letter case, and in part (any run of at least
-/// [`MIN_SECRET_PIECE`] characters of a secret, which covers its long
-/// prefixes and suffixes). A secret shorter than that is removed only
-/// whole, in any case.
-pub fn scrub_known(text: &str, secrets: &[String]) -> String {
-    let lower = text.to_ascii_lowercase();
-    let hay = lower.as_bytes();
-    // Which bytes of `text` belong to some secret.
-    let mut hidden = vec![false; hay.len()];
-    let mut any = false;
-    let lowered: Vec<Vec<u8>> = secrets
-        .iter()
-        .map(|s| s.to_ascii_lowercase().into_bytes())
-        .filter(|s| !s.is_empty())
-        .collect();
-    // Every window of MIN_SECRET_PIECE bytes of every long secret, in one
-    // set, so the text is read once whatever the number of secrets.
-    let windows: std::collections::HashSet<&[u8]> = lowered
-        .iter()
-        .filter(|s| s.len() >= MIN_SECRET_PIECE)
-        .flat_map(|s| s.windows(MIN_SECRET_PIECE))
-        .collect();
-    if !windows.is_empty() && hay.len() >= MIN_SECRET_PIECE {
-        for (i, w) in hay.windows(MIN_SECRET_PIECE).enumerate() {
-            if windows.contains(w) {
-                hidden[i..i + MIN_SECRET_PIECE]
-                    .iter_mut()
-                    .for_each(|h| *h = true);
+/// The stored secrets, ready to be removed from anything a client, a log
+/// or a metric sees (SPEC R16.11): every text a provider sends back is
+/// passed through [`Redactor::scrub`] before it goes anywhere.
+///
+/// A secret is found whole, in any ASCII letter case, and in part (any run
+/// of 12 characters of it: providers echo keys
+/// upper-cased or cut), and not only as written: in every decoding a
+/// reader of the text could apply — JSON and C-style escapes (`\u0073k-…`,
+/// `\x73`, a `\\u0073` escaped twice), percent-encoding (`%73k-…`), HTML
+/// character references (`&#115;k-…`), any mix of them (a key split
+/// across escapes) — and as base64 (`Basic c2stLi4u`, at any of the three
+/// alignments inside a longer base64 text). What is removed is the stretch
+/// of the text *as written* that decodes to the secret, so a JSON body
+/// stays JSON. Its `Debug` shows how many secrets it holds, never one.
+///
+/// ```
+/// use failover::Redactor;
+///
+/// let r = Redactor::new(["sk-live-0123456789abcdef"]);
+/// let body = r#"{"error":{"message":"bad key \u0073k-live-0123456789abcdef"}}"#;
+/// assert_eq!(r.scrub(body), r#"{"error":{"message":"bad key <redacted>"}}"#);
+/// ```
+#[derive(Clone, Default)]
+pub struct Redactor {
+    /// Every run of [`MIN_SECRET_PIECE`] bytes of every long form
+    /// (lower-cased), packed in a `u128`.
+    windows: rustc_hash::FxHashSet<u128>,
+    /// Forms shorter than a piece: found only whole (lower-cased).
+    short: Vec<Vec<u8>>,
+    secrets: usize,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Redactor({} secrets)", self.secrets)
+    }
+}
+
+/// A decoding of a text: its bytes, and per byte the stretch of the raw
+/// text it came from.
+type View = (Vec<u8>, Vec<(u32, u32)>);
+
+/// How many decodings deep a text is read: a JSON string inside a JSON
+/// string inside a percent-encoded URL is three.
+const DECODE_DEPTH: usize = 4;
+
+fn pack(w: &[u8]) -> u128 {
+    let mut b = [0u8; 16];
+    b[..w.len()].copy_from_slice(w);
+    u128::from_le_bytes(b)
+}
+
+impl Redactor {
+    /// A redactor of `secrets` (each trimmed; empty ones are ignored).
+    pub fn new<S: AsRef<str>>(secrets: impl IntoIterator<Item = S>) -> Self {
+        let mut r = Redactor::default();
+        for s in secrets {
+            let s = s.as_ref().trim();
+            if s.is_empty() {
+                continue;
+            }
+            r.secrets += 1;
+            r.add(s.as_bytes());
+            // Base64 at each alignment: the characters that depend on the
+            // secret's bytes alone.
+            for align in 0..3 {
+                for url in [false, true] {
+                    let mut bytes = vec![0u8; align];
+                    bytes.extend_from_slice(s.as_bytes());
+                    let enc = base64(&bytes, url);
+                    let from = (8 * align).div_ceil(6);
+                    let to = (8 * bytes.len()) / 6;
+                    if to > from && to - from >= MIN_SECRET_PIECE {
+                        r.add(&enc.as_bytes()[from..to]);
+                    }
+                }
+            }
+        }
+        r
+    }
+
+    fn add(&mut self, form: &[u8]) {
+        let lower = form.to_ascii_lowercase();
+        if lower.len() >= MIN_SECRET_PIECE {
+            self.windows
+                .extend(lower.windows(MIN_SECRET_PIECE).map(pack));
+        } else if !self.short.contains(&lower) {
+            self.short.push(lower);
+        }
+    }
+
+    /// Adds every secret of `other` (a gateway's redactor is the union of
+    /// its agents').
+    pub fn extend(&mut self, other: Redactor) {
+        self.windows.extend(other.windows);
+        for s in other.short {
+            if !self.short.contains(&s) {
+                self.short.push(s);
+            }
+        }
+        self.secrets += other.secrets;
+    }
+
+    /// Whether there is nothing to remove.
+    pub fn is_empty(&self) -> bool {
+        self.secrets == 0
+    }
+
+    /// `text` with every stretch that reads as a secret (see the type's
+    /// documentation) replaced by `<redacted>`; borrowed when there is
+    /// none.
+    pub fn scrub<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        if self.is_empty() || text.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        let raw = text.as_bytes();
+        let mut hidden = vec![false; raw.len()];
+        let mut any = self.mark(raw, None, &mut hidden);
+        // Each decoding of the text, as a view: its bytes and, per byte,
+        // the stretch of the raw text it came from.
+        let mut view: Option<View> = None;
+        for _ in 0..DECODE_DEPTH {
+            let next = match &view {
+                None => decode_once(raw, None),
+                Some((bytes, spans)) => decode_once(bytes, Some(spans)),
+            };
+            let Some(next) = next else { break };
+            any |= self.mark(&next.0, Some(&next.1), &mut hidden);
+            view = Some(next);
+        }
+        if !any {
+            return Cow::Borrowed(text);
+        }
+        // Whole characters only: a stretch that cuts a multi-byte
+        // character takes all of it.
+        for i in 1..raw.len() {
+            if hidden[i - 1] && !text.is_char_boundary(i) {
+                hidden[i] = true;
+            }
+        }
+        for i in (0..raw.len().saturating_sub(1)).rev() {
+            if hidden[i + 1] && !text.is_char_boundary(i + 1) {
+                hidden[i] = true;
+            }
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut i = 0;
+        while i < raw.len() {
+            if hidden[i] {
+                out.push_str("<redacted>");
+                while i < raw.len() && hidden[i] {
+                    i += 1;
+                }
+            } else {
+                let j = (i..raw.len()).find(|&j| hidden[j]).unwrap_or(raw.len());
+                out.push_str(&text[i..j]);
+                i = j;
+            }
+        }
+        Cow::Owned(out)
+    }
+
+    /// [`Redactor::scrub`] on every string of a JSON value, object keys
+    /// included.
+    pub fn scrub_json(&self, v: &mut serde_json::Value) {
+        use serde_json::Value;
+        if self.is_empty() {
+            return;
+        }
+        match v {
+            Value::String(s) => {
+                if let Cow::Owned(r) = self.scrub(s) {
+                    *s = r;
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| self.scrub_json(v)),
+            Value::Object(map) => {
+                let old = std::mem::take(map);
+                for (k, mut v) in old {
+                    self.scrub_json(&mut v);
+                    map.insert(self.scrub(&k).into_owned(), v);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Marks in `hidden` (over the raw text) every stretch of `view` that
+    /// holds a form of a secret; `spans` maps the view's bytes to the raw
+    /// text (`None`: the view is the raw text).
+    fn mark(&self, view: &[u8], spans: Option<&[(u32, u32)]>, hidden: &mut [bool]) -> bool {
+        let lower = view.to_ascii_lowercase();
+        let mut hide = |from: usize, len: usize| {
+            let (a, b) = match spans {
+                None => (from, from + len),
+                Some(sp) => (sp[from].0 as usize, sp[from + len - 1].1 as usize),
+            };
+            hidden[a..b].iter_mut().for_each(|h| *h = true);
+        };
+        let mut any = false;
+        if !self.windows.is_empty() && lower.len() >= MIN_SECRET_PIECE {
+            for (i, w) in lower.windows(MIN_SECRET_PIECE).enumerate() {
+                if self.windows.contains(&pack(w)) {
+                    hide(i, MIN_SECRET_PIECE);
+                    any = true;
+                }
+            }
+        }
+        for s in &self.short {
+            for i in memchr::memmem::find_iter(&lower, s) {
+                hide(i, s.len());
                 any = true;
             }
         }
+        any
     }
-    // Short secrets: whole only.
-    for s in lowered.iter().filter(|s| s.len() < MIN_SECRET_PIECE) {
-        let finder = memchr::memmem::Finder::new(s);
-        for i in finder.find_iter(hay) {
-            hidden[i..i + s.len()].iter_mut().for_each(|h| *h = true);
-            any = true;
-        }
-    }
-    if !any {
-        return text.to_string();
-    }
-    // Whole characters only: a run that cuts a multi-byte character
-    // takes all of it.
-    for i in 1..hay.len() {
-        if hidden[i - 1] && !text.is_char_boundary(i) {
-            hidden[i] = true;
-        }
-    }
-    for i in (0..hay.len().saturating_sub(1)).rev() {
-        if hidden[i + 1] && !text.is_char_boundary(i + 1) {
-            hidden[i] = true;
-        }
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut i = 0;
-    while i < hay.len() {
-        if hidden[i] {
-            out.push_str("<redacted>");
-            while i < hay.len() && hidden[i] {
-                i += 1;
-            }
-        } else {
-            let j = (i..hay.len()).find(|&j| hidden[j]).unwrap_or(hay.len());
-            out.push_str(&text[i..j]);
-            i = j;
+}
+
+/// Base64 of `bytes` (standard or URL-safe alphabet, no padding): only to
+/// recognise a secret written that way, so a dozen lines here rather than
+/// a dependency of the library.
+fn base64(bytes: &[u8], url: bool) -> String {
+    const STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for k in 0..=chunk.len() {
+            let c = STD[(n >> (18 - 6 * k) & 63) as usize];
+            out.push(match (url, c) {
+                (true, b'+') => '-',
+                (true, b'/') => '_',
+                _ => c as char,
+            });
         }
     }
     out
+}
+
+fn hex(b: u8) -> Option<u32> {
+    (b as char).to_digit(16)
+}
+
+/// One layer of decoding of `view`: JSON / C escapes, `%XX`, `&#…;`. The
+/// decoded bytes, each with the raw stretch it came from (through
+/// `spans` when `view` is itself decoded); `None` when nothing decodes.
+fn decode_once(view: &[u8], spans: Option<&[(u32, u32)]>) -> Option<View> {
+    if !view.iter().any(|b| matches!(b, b'\\' | b'%' | b'&')) {
+        return None;
+    }
+    let span = |from: usize, to: usize| match spans {
+        None => (from as u32, to as u32),
+        Some(sp) => (sp[from].0, sp[to - 1].1),
+    };
+    let mut out = Vec::with_capacity(view.len());
+    let mut map = Vec::with_capacity(view.len());
+    let mut changed = false;
+    let mut i = 0;
+    while i < view.len() {
+        let rest = &view[i..];
+        // (decoded char or byte, length of the escape)
+        let decoded: Option<(Result<char, u8>, usize)> = match rest {
+            [b'\\', b'u', a, b, c, d, ..] => {
+                match (hex(*a), hex(*b), hex(*c), hex(*d)) {
+                    (Some(a), Some(b), Some(c), Some(d)) => {
+                        let hi = a << 12 | b << 8 | c << 4 | d;
+                        // A surrogate pair: `\ud83d\ude00`.
+                        let pair = match &rest[6..] {
+                            [b'\\', b'u', a, b, c, d, ..] if (0xD800..0xDC00).contains(&hi) => {
+                                match (hex(*a), hex(*b), hex(*c), hex(*d)) {
+                                    (Some(a), Some(b), Some(c), Some(d)) => {
+                                        let lo = a << 12 | b << 8 | c << 4 | d;
+                                        (0xDC00..0xE000).contains(&lo).then(|| {
+                                            0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+                                        })
+                                    }
+                                    _ => None,
+                                }
+                            }
+                            _ => None,
+                        };
+                        match pair {
+                            Some(cp) => Some((Ok(char::from_u32(cp).unwrap_or('\u{FFFD}')), 12)),
+                            None => Some((Ok(char::from_u32(hi).unwrap_or('\u{FFFD}')), 6)),
+                        }
+                    }
+                    _ => None,
+                }
+            }
+            [b'\\', b'x', a, b, ..] => match (hex(*a), hex(*b)) {
+                (Some(a), Some(b)) => Some((Err((a << 4 | b) as u8), 4)),
+                _ => None,
+            },
+            [b'\\', e, ..] => {
+                let c = match e {
+                    b'n' => Some('\n'),
+                    b't' => Some('\t'),
+                    b'r' => Some('\r'),
+                    b'b' => Some('\u{8}'),
+                    b'f' => Some('\u{c}'),
+                    b'/' | b'\\' | b'"' | b'\'' => Some(*e as char),
+                    _ => None,
+                };
+                c.map(|c| (Ok(c), 2))
+            }
+            [b'%', a, b, ..] => match (hex(*a), hex(*b)) {
+                (Some(a), Some(b)) => Some((Err((a << 4 | b) as u8), 3)),
+                _ => None,
+            },
+            [b'&', b'#', ..] => {
+                let (digits, radix, skip) = match rest.get(2) {
+                    Some(b'x' | b'X') => (&rest[3..], 16, 3),
+                    _ => (&rest[2..], 10, 2),
+                };
+                let n = digits
+                    .iter()
+                    .take(8)
+                    .take_while(|b| (**b as char).is_digit(radix))
+                    .count();
+                match digits.get(n) {
+                    Some(b';') if n > 0 => std::str::from_utf8(&digits[..n])
+                        .ok()
+                        .and_then(|t| u32::from_str_radix(t, radix).ok())
+                        .map(|cp| (Ok(char::from_u32(cp).unwrap_or('\u{FFFD}')), skip + n + 1)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        match decoded {
+            Some((c, len)) => {
+                changed = true;
+                let mut buf = [0u8; 4];
+                let bytes = match c {
+                    Ok(c) => c.encode_utf8(&mut buf).as_bytes(),
+                    Err(b) => {
+                        buf[0] = b;
+                        &buf[..1]
+                    }
+                };
+                for b in bytes {
+                    out.push(*b);
+                    map.push(span(i, i + len));
+                }
+                i += len;
+            }
+            None => {
+                out.push(view[i]);
+                map.push(span(i, i + 1));
+                i += 1;
+            }
+        }
+    }
+    changed.then_some((out, map))
 }
 
 /// A parser message with what it quotes from the file taken out: the YAML
@@ -533,6 +819,7 @@ mod tests {
     /// characters (or its last 12), is removed.
     #[test]
     fn scrub_known_removes_case_changed_and_partial_echoes() {
+        let scrub_known = |text: &str, secrets: &[String]| Redactor::new(secrets).scrub(text).into_owned();
         let key = "sk-live-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789".to_string();
         let secrets = [key.clone()];
         for echo in [
@@ -563,5 +850,58 @@ mod tests {
         let s = scrub_serde_error(&e);
         assert!(!s.contains("sk-secret"), "{s}");
         assert!(s.contains("u64"), "{s}");
+    }
+
+    /// Issue 30: a key written with escapes, percent-encoded, as HTML
+    /// references, in base64, or split across escapes is found in the text
+    /// as written, and only that stretch is removed.
+    #[test]
+    fn a_secret_is_found_in_every_encoding_a_reader_could_decode() {
+        let key = "sk-proj-AbCdEf0123456789XyZ";
+        let r = Redactor::new([key]);
+        let json_escaped: String = key.chars().map(|c| format!("\\u{:04x}", c as u32)).collect();
+        let split = format!("{}\\u{:04x}{}", &key[..10], key.as_bytes()[10], &key[11..]);
+        let percent: String = key.bytes().map(|b| format!("%{b:02X}")).collect();
+        let html: String = key.chars().map(|c| format!("&#{};", c as u32)).collect();
+        let twice = json_escaped.replace('\\', "\\\\");
+        let b64 = base64(format!("user:{key}").as_bytes(), false);
+        let b64_url = base64(format!("xy{key}").as_bytes(), true);
+        for form in [
+            key.to_string(),
+            json_escaped,
+            split,
+            percent,
+            html,
+            twice,
+            b64,
+            b64_url,
+            key.to_ascii_uppercase(),
+        ] {
+            let text = format!(r#"{{"error":{{"message":"bad key «{form}» given"}}}}"#);
+            let out = r.scrub(&text);
+            assert!(out.contains("<redacted>"), "{form}: {out}");
+            // No decoding of the output shows the key or a piece of it.
+            assert!(!r.scrub(&out).contains(key), "{form}");
+            let decoded = decode_once(out.as_bytes(), None).map_or(out.to_string(), |(b, _)| {
+                String::from_utf8_lossy(&b).into_owned()
+            });
+            assert!(!decoded.contains(&key[..MIN_SECRET_PIECE]), "{form}: {decoded}");
+            // The JSON around it is intact.
+            let v: serde_json::Value = serde_json::from_str(&out).expect("still JSON");
+            assert!(v["error"]["message"].as_str().unwrap().starts_with("bad key «"));
+        }
+        // Nothing to find: the text is borrowed as it is.
+        assert!(matches!(r.scrub("plain %41 \\u0041 text"), Cow::Borrowed(_)));
+        assert_eq!(format!("{r:?}"), "Redactor(1 secrets)");
+    }
+
+    #[test]
+    fn base64_matches_the_standard_alphabet() {
+        assert_eq!(base64(b"", false), "");
+        assert_eq!(base64(b"f", false), "Zg");
+        assert_eq!(base64(b"fo", false), "Zm8");
+        assert_eq!(base64(b"foo", false), "Zm9v");
+        assert_eq!(base64(b"foobar", false), "Zm9vYmFy");
+        assert_eq!(base64(&[0xfb, 0xff], true), "-_8");
     }
 }

@@ -13,6 +13,7 @@ use crate::auth::{
 };
 use crate::compile::reasons::{RotationBudget, UNCLASSIFIED};
 use crate::compile::ReasonBehaviour;
+use crate::redact::Redactor;
 use crate::policy::{build_chain, ChainRequest, ModelRef, OverrideKind};
 use crate::policy::{CandidateChain, SelectionSource, SessionOverride};
 use crate::store::{
@@ -157,7 +158,7 @@ fn emit(d: &Decision) {
 }
 
 /// Every secret of the stored profiles, for scrubbing (R16.11).
-fn secrets_of(profiles: &AuthProfiles) -> Vec<String> {
+pub(super) fn secrets_of(profiles: &AuthProfiles) -> Vec<String> {
     let mut out = Vec::new();
     for p in profiles.profiles.values() {
         let list = match &p.credential {
@@ -179,11 +180,10 @@ fn secrets_of(profiles: &AuthProfiles) -> Vec<String> {
     out
 }
 
-/// A provider's error text without any stored secret: whole, in any
-/// letter case, or any long piece of one (providers echo keys upper-cased
-/// or cut), see [`crate::redact::scrub_known`].
-fn scrub(text: &str, secrets: &[String]) -> String {
-    crate::redact::scrub_known(text, secrets)
+/// A provider's error text without any stored secret, in any form a
+/// reader could decode (see [`Redactor`]).
+fn scrub(text: &str, secrets: &Redactor) -> String {
+    secrets.scrub(text).into_owned()
 }
 
 fn cut(text: &str, n: usize) -> String {
@@ -235,43 +235,36 @@ impl Runner {
     }
 
     /// R11.5: is `primary` due for its re-probe in `session`? Records the
-    /// probe when it is.
-    async fn take_reprobe(
-        &self,
-        session: &str,
-        primary: &ModelRef,
-        now: u64,
-    ) -> Result<bool, StoreError> {
+    /// probe when it is. A clock that cannot be written is not due (the
+    /// session stays on its fallback).
+    async fn take_reprobe(&self, session: &str, primary: &ModelRef, now: u64) -> bool {
         if let Some(t) = self.store.shared_tables() {
-            return t
+            let r = t
                 .take_reprobe(session, &primary.to_string(), now, REPROBE_INTERVAL_MS)
                 .await;
+            return self.health.absorb("take a re-probe", r).unwrap_or(false);
         }
         let mut sh = self.shared();
         let key = (session.to_string(), primary.to_string());
-        Ok(match sh.reprobe.get(&key) {
+        match sh.reprobe.get(&key) {
             Some(t) if now.saturating_sub(t) < REPROBE_INTERVAL_MS => false,
             _ => {
                 sh.reprobe.note(key, now);
                 true
             }
-        })
+        }
     }
 
     /// Starts the session's re-probe clock for `primary` (R11.5).
-    async fn start_reprobe_clock(
-        &self,
-        session: &str,
-        primary: &ModelRef,
-        now: u64,
-    ) -> Result<(), StoreError> {
+    async fn start_reprobe_clock(&self, session: &str, primary: &ModelRef, now: u64) {
         if let Some(t) = self.store.shared_tables() {
-            return t.note_reprobe(session, &primary.to_string(), now).await;
+            let r = t.note_reprobe(session, &primary.to_string(), now).await;
+            self.health.absorb("start a re-probe clock", r);
+            return;
         }
         self.shared()
             .reprobe
             .note((session.to_string(), primary.to_string()), now);
-        Ok(())
     }
 
     async fn skip_cached(
@@ -291,53 +284,52 @@ impl Runner {
         Ok(self.shared().skip.get(&key, now))
     }
 
-    async fn mark_skip(
-        &self,
-        session: &str,
-        p: &str,
-        m: &str,
-        reason: &str,
-        now: u64,
-    ) -> Result<(), StoreError> {
+    async fn mark_skip(&self, session: &str, p: &str, m: &str, reason: &str, now: u64) {
         let Some(ttl) = self.skip_ttl_ms else {
-            return Ok(());
+            return;
         };
         if let Some(t) = self.store.shared_tables() {
-            return t
+            let r = t
                 .skip_put(session, p, m, reason, now.saturating_add(ttl))
                 .await;
+            self.health.absorb("mark a skip", r);
+            return;
         }
         let key = (session.to_string(), p.to_string(), m.to_string());
         self.shared()
             .skip
             .put(key, now.saturating_add(ttl), reason, now);
-        Ok(())
     }
 
     /// The probe throttle (R16.1), shared by the backend when it can be.
-    async fn try_probe(&self, p: &str, now: u64) -> Result<bool, StoreError> {
+    /// A throttle that cannot be written allows no probe.
+    async fn try_probe(&self, p: &str, now: u64) -> bool {
         if let Some(t) = self.store.shared_tables() {
-            return t
+            let r = t
                 .try_probe(&crate::store::normalize_provider(p), now, PROBE_THROTTLE_MS)
                 .await;
+            return self.health.absorb("take a probe slot", r).unwrap_or(false);
         }
         let agent = self.store.agent_id().to_string();
-        Ok(self.shared().throttle.try_acquire(&agent, p, now))
+        self.shared().throttle.try_acquire(&agent, p, now)
     }
 
-    /// [`record_failure`] as one atomic update of the profile's record.
+    /// [`record_failure`] as one atomic update of the profile's record;
+    /// `None` when it could not be written (noted in the state's health:
+    /// the run goes on, degraded).
     pub(crate) async fn mark_failure(
         &self,
         profile_id: &str,
         provider: &str,
         failure: &Failure<'_>,
         now: u64,
-    ) -> Result<FailureEffect, StoreError> {
+    ) -> Option<FailureEffect> {
         let policy = &self.policy;
-        edit_profile(self.store.as_ref(), profile_id, provider, |s| {
+        let r = edit_profile(self.store.as_ref(), profile_id, provider, |s| {
             record_failure(s, profile_id, provider, failure, policy, now)
         })
-        .await
+        .await;
+        self.health.absorb("record a failure", r)
     }
 
     /// R10, R16.1–R16.3: every profile of `order` is blocked for the model.
@@ -386,7 +378,7 @@ impl Runner {
             let r = blocks.first().and_then(|b| b.reason()).map(str::to_string);
             if is_primary
                 && disabled_probe_allowed(only_candidate, soonest, now)
-                && self.try_probe(p, now).await?
+                && self.try_probe(p, now).await
             {
                 return Ok(probe(false));
             }
@@ -404,7 +396,7 @@ impl Runner {
         let cooling = format!("Provider {p} is in cooldown (all profiles unavailable)");
         if is_primary {
             // R10.3, R16.1.
-            if probe_window_open(soonest, now) && self.try_probe(p, now).await? {
+            if probe_window_open(soonest, now) && self.try_probe(p, now).await {
                 return Ok(probe(false));
             }
             return Ok(Plan::Skip {
@@ -510,7 +502,7 @@ impl Runner {
         let mut first_state = Some(state);
         let entry = entry.unwrap_or_default();
         let profiles = store.load_profiles().await?;
-        let secrets = secrets_of(&profiles);
+        let secrets = Redactor::new(secrets_of(&profiles));
         let selections = &self.engine.ruleset().selections;
 
         // Step 1–2: the selection, with the auto override unless its origin
@@ -531,16 +523,29 @@ impl Runner {
             && entry.model_override_source() == Some(OverrideSource::Auto)
             && origin(&entry).is_some_and(|o| o != selected)
         {
-            entry = edit_session(store, key, |e| {
+            let clear = |e: &mut SessionEntry| {
                 if e.model_override_source() == Some(OverrideSource::Auto)
                     && origin(e).is_some_and(|o| o != selected)
                 {
                     clear_model_override(e);
                     clear_notice(e);
                 }
+            };
+            let written = edit_session(store, key, |e| {
+                clear(e);
                 e.clone()
             })
-            .await?;
+            .await;
+            // Degraded (a write that failed): this run still goes by the
+            // cleared selection.
+            entry = self
+                .health
+                .absorb("clear a session's override", written)
+                .unwrap_or_else(|| {
+                    let mut e = entry.clone();
+                    clear(&mut e);
+                    e
+                });
         }
         if let Some(o) = session_override(&entry) {
             let use_override = match o.source {
@@ -548,7 +553,7 @@ impl Runner {
                     // R11.5: due for its re-probe, the run starts on the
                     // origin again (the override stays until it answers).
                     Some(orig) if orig == selected => {
-                        !self.take_reprobe(key, &selected, now0).await?
+                        !self.take_reprobe(key, &selected, now0).await
                     }
                     Some(orig) => {
                         selected = orig;
@@ -718,10 +723,11 @@ impl Runner {
                 let now = self.now_ms();
                 if probe {
                     if let Some(id) = profile_id {
-                        edit_profile(store, id, p, |s| {
+                        let r = edit_profile(store, id, p, |s| {
                             s.stats_mut(id).last_probe_at = Some(now);
                         })
-                        .await?;
+                        .await;
+                        self.health.absorb("record a probe", r);
                     }
                 }
                 // R11.3: persist the fallback before the attempt, so every
@@ -755,11 +761,17 @@ impl Runner {
                         }
                         Some(written.write(e))
                     })
-                    .await?;
+                    .await;
+                    // Degraded: the attempt runs without the override
+                    // persisted, so there is nothing to roll back (R11.4).
+                    let before = self
+                        .health
+                        .absorb("persist the fallback override", before)
+                        .flatten();
                     // The 5-minute re-probe clock starts when the session
                     // leaves its primary (R11.5), unless it ends with the run.
                     if !request.one_off {
-                        self.start_reprobe_clock(key, &selected, now).await?;
+                        self.start_reprobe_clock(key, &selected, now).await;
                     }
                     before.map(|before| OverrideGuard {
                         store,
@@ -928,7 +940,7 @@ impl Runner {
                                 model: Some(m),
                                 reset_at: failure.reset_at,
                             };
-                            self.mark_failure(id, p, &f, now).await?;
+                            self.mark_failure(id, p, &f, now).await;
                         }
                         if let Some(g) = guard {
                             g.release().await; // R11.4
@@ -941,7 +953,7 @@ impl Runner {
                         // (its key is its own, and the chain has no
                         // duplicates), so it leaves none.
                         if !is_primary && auth_class(&behaviour) && !request.one_off {
-                            self.mark_skip(key, p, m, &reason, now).await?;
+                            self.mark_skip(key, p, m, &reason, now).await;
                         }
                         let last_candidate = i + 1 == n;
                         let rotate = !strict
@@ -1106,9 +1118,16 @@ impl Runner {
             && !request.one_off
             && store.shared_tables().is_none()
             && {
-                let current = store.load_session(key).await?.unwrap_or_default();
-                let mut after = current.clone();
-                settle(&mut after).is_none() && after == current
+                // Unreadable: treated as something to settle (the write
+                // below then says whether the state is degraded).
+                match store.load_session(key).await {
+                    Ok(current) => {
+                        let current = current.unwrap_or_default();
+                        let mut after = current.clone();
+                        settle(&mut after).is_none() && after == current
+                    }
+                    Err(_) => false,
+                }
             };
         let defer = (request.defer_success_record && request.one_off) || nothing_to_settle;
         // Otherwise the profile's success and the session's settling: one
@@ -1134,9 +1153,11 @@ impl Runner {
             None => (None, None),
         };
         if !nothing_to_settle {
-            store
+            let r = store
                 .update_success(recorded, key, &mut |e| notice = settle(e))
-                .await?;
+                .await;
+            // The answer exists: it goes out whether or not this was written.
+            self.health.absorb("record a success", r);
         }
         walk.decide(Decision {
             decision: DecisionKind::CandidateSucceeded,

@@ -57,6 +57,7 @@
 //! Fallback cleared: anthropic/claude (was openai/gpt)`.
 
 mod executor;
+mod health;
 mod memory;
 mod retry;
 pub mod scenario;
@@ -66,9 +67,10 @@ mod types;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub use health::StateHealth;
 pub use memory::MemoryStore;
 pub use retry::{
-    requested_wait, should_wait, RetryCap, RetryDecision, DEFAULT_RETRY_MAX_WAIT,
+    requested_wait, should_wait, RetryCap, RetryDecision, DEFAULT_RETRY_MAX_WAIT, MAX_REQUESTED_WAIT,
     RETRY_MAX_WAIT_ENV,
 };
 pub use time::{Sleep, Sleeper, TokioClock, TokioSleeper, VirtualSleeper};
@@ -301,6 +303,7 @@ pub struct Runner {
     sleeper: Arc<dyn Sleeper>,
     skip_ttl_ms: Option<u64>,
     shared: Mutex<Shared>,
+    health: Arc<StateHealth>,
 }
 
 impl std::fmt::Debug for Runner {
@@ -373,7 +376,20 @@ impl Runner {
             sleeper: Arc::new(TokioSleeper),
             skip_ttl_ms: None,
             shared: Mutex::new(Shared::default()),
+            health: Arc::default(),
         })
+    }
+
+    /// Reports state write failures to `health` (a gateway shares one
+    /// between its runners and across reloads); see [`StateHealth`].
+    pub fn with_state_health(mut self, health: Arc<StateHealth>) -> Self {
+        self.health = health;
+        self
+    }
+
+    /// Whether the state can be written, as this runner saw it.
+    pub fn state_health(&self) -> &Arc<StateHealth> {
+        &self.health
     }
 
     /// Reads time from `clock` (tests: a manual clock).
@@ -433,10 +449,24 @@ impl Runner {
         self.clock.now_ms()
     }
 
+    /// A [`Redactor`](crate::Redactor) of every secret the state holds now,
+    /// for text a run did not already scrub that reaches a client or a
+    /// log (a gateway's error bodies and stream events, R16.11). With no
+    /// readable profiles it removes nothing.
+    pub async fn redactor(&self) -> crate::redact::Redactor {
+        match self.store.load_profiles().await {
+            Ok(p) => crate::redact::Redactor::new(executor::secrets_of(&p)),
+            Err(_) => crate::redact::Redactor::default(),
+        }
+    }
+
     /// Writes a success record that a run with
     /// [`RunRequest::defer_success_record`] handed back: the same edit the
     /// run would have made (`record_success` at the time of the answer),
     /// applied to the profile's latest record.
+    ///
+    /// A failed write is noted in [`Runner::state_health`] (logged at most
+    /// once per interval) and returned.
     pub async fn settle(&self, deferred: DeferredSuccess) -> Result<(), StoreError> {
         let DeferredSuccess {
             profile_id,
@@ -444,11 +474,17 @@ impl Runner {
             model,
             at_ms,
         } = deferred;
-        self.store
+        let r = self
+            .store
             .update_profile(&profile_id, &provider, &mut |s| {
                 crate::auth::record_success(s, &profile_id, &provider, Some(&model), at_ms)
             })
-            .await
+            .await;
+        match &r {
+            Ok(()) => self.health.ok(),
+            Err(e) => self.health.failed("record a success", e),
+        }
+        r
     }
 
     fn shared(&self) -> MutexGuard<'_, Shared> {
