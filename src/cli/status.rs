@@ -13,8 +13,8 @@ use crate::auth::{block_for, order_profiles, AuthRouting, Block, Excluded, Profi
 use crate::load::UsageError;
 use crate::run::routing_of;
 use crate::store::{
-    format_span, format_utc, normalize_provider, open_docs, AuthProfiles, AuthState, Clock,
-    FileStore, SessionEntry, SessionStore, Store, SystemClock, DEFAULT_AGENT,
+    format_span, format_utc, normalize_provider, open_docs_read_only, AuthProfiles, AuthState,
+    Clock, FileStore, SessionEntry, SessionStore, Store, SystemClock, DEFAULT_AGENT,
 };
 use crate::syntax::display_name;
 
@@ -50,6 +50,9 @@ struct Report {
     sessions: SessionStore,
     orders: Vec<ProfileOrder>,
     problems: Vec<String>,
+    /// The database was read as an immutable snapshot: the directory
+    /// cannot be written (a read-only mount).
+    snapshot: bool,
 }
 
 pub fn run(args: &StatusArgs) -> CmdResult {
@@ -80,11 +83,13 @@ pub fn run(args: &StatusArgs) -> CmdResult {
     // The config's `state:` block names the backend; without one, the
     // gateway's database when it exists, else the files (issue 13).
     let files = FileStore::open(&args.state, &args.agent).map_err(|e| UsageError(e.to_string()))?;
-    let (store, _) = open_docs(state_cfg.as_ref(), &args.state, &args.agent)
+    // `status` writes nothing: the database is opened read-only.
+    let (store, _, snapshot) = open_docs_read_only(state_cfg.as_ref(), &args.state, &args.agent)
         .map_err(|e| UsageError(e.to_string()))?;
     let now = args.now.unwrap_or_else(|| SystemClock.now_ms());
-    let report = gather(store.as_ref(), &files, &args.state, &routing, now)
+    let mut report = gather(store.as_ref(), &files, &args.state, &routing, now)
         .map_err(|e| UsageError(e.to_string()))?;
+    report.snapshot = snapshot;
     if args.json {
         // Ids and names shaped like keys (a profile id that is a pasted
         // key, an order entry, a model) are masked like values (R16.11).
@@ -166,6 +171,7 @@ fn gather(
         sessions,
         orders,
         problems,
+        snapshot: false,
     })
 }
 
@@ -319,6 +325,9 @@ fn render(r: &Report) -> String {
         r.agent,
         format_utc(r.now)
     );
+    if r.snapshot {
+        out.push_str("read-only: the state cannot be written here, so its database was read as a snapshot (as last checkpointed)\n");
+    }
     out.push_str("\nprofiles\n");
     if r.orders.is_empty() {
         out.push_str("  (none stored)\n");
@@ -498,6 +507,7 @@ fn to_json(r: &Report) -> Value {
         "providers": providers,
         "sessions": sessions,
         "problems": r.problems,
+        "readOnlySnapshot": r.snapshot,
     })
 }
 

@@ -69,7 +69,7 @@ use crate::policy::ModelRef;
 use crate::run::{
     Attempt, AttemptError, AttemptOutcome, ProviderFailure, RunError, RunOutput, RunRequest, Runner,
 };
-use crate::store::{Credential, DEFAULT_AGENT};
+use crate::store::DEFAULT_AGENT;
 
 use metrics::Metrics;
 use protocol::{parse_request, upstream_message, ClientRequest, GatewayError, Protocol};
@@ -130,6 +130,9 @@ pub struct Gateway {
     lanes: usize,
     /// Success records being written after their answers went out.
     settling: Arc<Settling>,
+    /// Upstream bytes held in memory, all requests together
+    /// (`serve.maxBufferedBytes`).
+    buffers: upstream::Buffers,
 }
 
 /// The success records written after the answer, those of requests
@@ -189,6 +192,7 @@ impl Gateway {
         let metrics = Arc::new(Metrics::new());
         let set = reload::build(&sources, &stores, &metrics, lanes)?;
         let max = set.settings.max_concurrent;
+        let buffers = upstream::Buffers::new(set.settings.max_buffered_bytes);
         Ok(Arc::new(Gateway {
             sources,
             active: RwLock::new(Arc::new(set)),
@@ -200,6 +204,7 @@ impl Gateway {
             anonymous: AtomicU64::new(0),
             lanes,
             settling: Arc::default(),
+            buffers,
         }))
     }
 
@@ -232,6 +237,9 @@ impl Gateway {
                 if set.settings.max_concurrent != self.max_concurrent {
                     tracing::warn!(target: "failover::serve", "serve.maxConcurrentRequests changes take effect at the next start");
                 }
+                if set.settings.max_buffered_bytes != self.buffers.total() {
+                    tracing::warn!(target: "failover::serve", "serve.maxBufferedBytes changes take effect at the next start");
+                }
                 *self.active.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(set);
                 self.metrics.reload(true);
                 tracing::info!(target: "failover::serve", ruleset = %hash, "reload_ok");
@@ -248,13 +256,30 @@ impl Gateway {
 
     /// The HTTP routes.
     pub fn router(self: &Arc<Self>) -> Router {
+        // A known path with another method: 405 with `Allow` and an error
+        // body in the path's protocol (axum's own 405 has no body).
+        let only = |protocol: Protocol, allow: &'static str| {
+            move || async move { wrong_method(protocol, allow) }
+        };
         Router::new()
-            .route("/v1/chat/completions", post(chat_completions))
-            .route("/v1/messages", post(messages))
-            .route("/v1/models", get(models))
-            .route("/healthz", get(|| async { "ok\n" }))
-            .route("/readyz", get(readyz))
-            .route("/metrics", get(metrics_text))
+            .route(
+                "/v1/chat/completions",
+                post(chat_completions).fallback(only(Protocol::OpenAi, "POST")),
+            )
+            .route(
+                "/v1/messages",
+                post(messages).fallback(only(Protocol::Anthropic, "POST")),
+            )
+            .route("/v1/models", get(models).fallback(only(Protocol::OpenAi, "GET")))
+            .route(
+                "/healthz",
+                get(|| async { "ok\n" }).fallback(only(Protocol::OpenAi, "GET")),
+            )
+            .route("/readyz", get(readyz).fallback(only(Protocol::OpenAi, "GET")))
+            .route(
+                "/metrics",
+                get(metrics_text).fallback(only(Protocol::OpenAi, "GET")),
+            )
             .fallback(not_found)
             .with_state(self.clone())
     }
@@ -275,6 +300,16 @@ async fn not_found() -> Response {
         Protocol::OpenAi,
         &GatewayError::new(404, "no such endpoint: the gateway serves /v1/chat/completions, /v1/messages, /v1/models, /healthz, /readyz, /metrics"),
     )
+}
+
+fn wrong_method(protocol: Protocol, allow: &'static str) -> Response {
+    let mut resp = error_response(
+        protocol,
+        &GatewayError::new(405, format!("this endpoint takes {allow} requests only")),
+    );
+    resp.headers_mut()
+        .insert(axum::http::header::ALLOW, HeaderValue::from_static(allow));
+    resp
 }
 
 async fn models(State(gw): Gw) -> Response {
@@ -309,6 +344,19 @@ async fn readyz(State(gw): Gw) -> Response {
         )
             .into_response();
     }
+    // Degraded (issue 30): requests are answered, but the state's writes
+    // fail; still ready (200), so a load balancer keeps sending, with the
+    // reason for whoever looks.
+    if let Some(why) = gw.stores.health().degraded() {
+        return axum::Json(json!({
+            "status": "degraded",
+            "reason": why,
+            "ruleset": set.hash,
+            "loadedAtMs": set.loaded_at_ms,
+            "upstreams": set.upstreams.providers.len(),
+        }))
+        .into_response();
+    }
     axum::Json(json!({
         "status": "ready",
         "ruleset": set.hash,
@@ -339,6 +387,17 @@ async fn metrics_text(State(gw): Gw) -> Response {
         by.into_iter().collect::<Vec<_>>()
     };
     let mut text = gw.metrics.render(&cooling);
+    // The state's writes (issue 30): failures since start, degraded now.
+    let health = gw.stores.health();
+    let writes = format!(
+        "# HELP failover_state_write_errors State writes that failed (the answers went out without them).\n# TYPE failover_state_write_errors counter\nfailover_state_write_errors_total {}\n# HELP failover_state_degraded Whether the last state write failed.\n# TYPE failover_state_degraded gauge\nfailover_state_degraded {}\n",
+        health.write_failures(),
+        u8::from(health.degraded().is_some()),
+    );
+    match text.rfind("# EOF") {
+        Some(i) => text.insert_str(i, &writes),
+        None => text.push_str(&writes),
+    }
     // A shared state backend's health (issue 13): up now, outages so far.
     let health: Vec<(String, (bool, u64))> = set
         .runners
@@ -457,32 +516,15 @@ fn select(set: &ActiveSet, model: &str) -> Option<(String, RunRequest)> {
 
 /// A finished attempt, in the client's protocol.
 enum Done {
-    /// The bytes of the client's JSON answer.
-    Whole(Bytes),
+    /// The bytes of the client's JSON answer, and their place in the
+    /// gateway's budget of buffered bytes.
+    Whole(Bytes, upstream::Held),
     Stream {
         started: Started,
         upstream: Protocol,
         idle: Duration,
         total: Duration,
-        secrets: Vec<String>,
     },
-}
-
-fn secrets_of(attempt: &Attempt) -> Vec<String> {
-    let Some(p) = &attempt.profile else {
-        return Vec::new();
-    };
-    let list = match &p.credential {
-        Credential::ApiKey { key, .. } => vec![key.as_ref()],
-        Credential::OAuth {
-            access, refresh, ..
-        } => vec![access.as_ref(), refresh.as_ref()],
-        Credential::Token { token, .. } => vec![token.as_ref()],
-    };
-    list.into_iter()
-        .flatten()
-        .map(|s| s.expose().trim().to_string())
-        .collect()
 }
 
 async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: Body) -> Response {
@@ -585,9 +627,9 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
                 // Runs once this task yields: hyper writes the answer in
                 // the same poll that receives it, so normally before.
                 tokio::spawn(async move {
-                    if let Err(e) = runner.settle(d).await {
-                        tracing::warn!(target: "failover::serve", error = %e, "success record not written");
-                    }
+                    // A failed write is logged by the state's health, at
+                    // most once per interval.
+                    let _ = runner.settle(d).await;
                     drop(guard);
                 });
             }
@@ -599,7 +641,8 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
             resp
         }
         Err(e) => {
-            let ge = run_error(&set, &runner, e);
+            let mut ge = run_error(&set, &runner, e);
+            ge.scrub(&set.redactor().await);
             gw.metrics.request(
                 protocol.name(),
                 if ge.status == 429 || ge.status == 503 {
@@ -711,32 +754,62 @@ async fn run(
                     stream: req.stream,
                     metrics: &gw.metrics,
                     now_ms: runner.now_ms(),
+                    buffers: &gw.buffers,
                 })
                 .await;
                 waited_us.fetch_add(called.elapsed().as_micros() as u64, Ordering::Relaxed);
                 Ok(match answer? {
                     // The same protocol: the upstream's bytes as they came.
-                    Answer::Whole(b) if up_proto == req.protocol => Done::Whole(b),
-                    Answer::Whole(b) => {
+                    Answer::Whole(b, held) if up_proto == req.protocol => Done::Whole(b, held),
+                    Answer::Whole(b, held) => {
                         let v: Value = serde_json::from_slice(&b).map_err(|_| {
                             AttemptError::Provider(ProviderFailure::message(
                                 upstream::NOT_AN_OBJECT,
                             ))
                         })?;
                         let out = translate::response(up_proto, req.protocol, v);
-                        Done::Whole(Bytes::from(serde_json::to_vec(&out).unwrap_or_default()))
+                        Done::Whole(
+                            Bytes::from(serde_json::to_vec(&out).unwrap_or_default()),
+                            held,
+                        )
                     }
                     Answer::Stream(started) => Done::Stream {
                         started,
                         upstream: up_proto,
                         idle: up.timeouts.first_byte,
                         total: up.timeouts.total,
-                        secrets: secrets_of(&attempt),
                     },
                 })
             }
         })
         .await
+}
+
+/// A whole answer's bytes, holding their place in the budget of buffered
+/// upstream bytes until hyper has written them (the body is dropped then).
+struct HeldBody {
+    bytes: Option<Bytes>,
+    _held: upstream::Held,
+}
+
+impl axum::body::HttpBody for HeldBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.bytes.take().map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.bytes.is_none()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.bytes.as_ref().map_or(0, |b| b.len() as u64))
+    }
 }
 
 // The answer's own headers, named once: a `&str` name is parsed and
@@ -753,7 +826,7 @@ fn header_value(text: &str) -> Option<HeaderValue> {
 
 fn success(
     gw: &Arc<Gateway>,
-    set: &ActiveSet,
+    set: &Arc<ActiveSet>,
     protocol: Protocol,
     req: &ClientRequest,
     runner: Arc<Runner>,
@@ -775,19 +848,22 @@ fn success(
     }
     let model_label = set.model_label(&out.provider, &out.model).to_string();
     match out.value {
-        Done::Whole(b) => {
+        Done::Whole(bytes, held) => {
             h.insert(
                 axum::http::header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             );
-            (StatusCode::OK, h, b).into_response()
+            let body = HeldBody {
+                bytes: Some(bytes),
+                _held: held,
+            };
+            (StatusCode::OK, h, Body::new(body)).into_response()
         }
         Done::Stream {
             started,
             upstream,
             idle,
             total,
-            secrets,
         } => {
             let wants_usage = req
                 .body
@@ -804,11 +880,11 @@ fn success(
                 total,
                 stream::Recorder {
                     runner,
+                    set: set.clone(),
                     provider: out.provider.clone(),
                     model: out.model.clone(),
                     profile_id: out.profile_id.clone(),
                     metrics: gw.metrics.clone(),
-                    secrets,
                     model_label,
                 },
                 Some(permit),
@@ -1045,6 +1121,17 @@ async fn serve_connection(
 ) {
     // Answers and stream events are written as they are ready.
     let _ = socket.set_nodelay(true);
+    // The first bytes, within the header timeout and until a drain (an
+    // idle connection that sent nothing holds no request to finish).
+    let h2 = tokio::select! {
+        h2 = tokio::time::timeout(HEADER_READ_TIMEOUT, h2_prior_knowledge(&socket)) => h2,
+        _ = reached(&mut stop, DRAIN) => return,
+    };
+    match h2 {
+        Err(_) => return,
+        Ok(true) => return refuse_h2(socket).await,
+        Ok(false) => {}
+    }
     let service = hyper::service::service_fn(move |req: axum::http::Request<hyper::body::Incoming>| {
         let mut app = app.clone();
         // A `Router` is always ready: no `poll_ready` needed.
@@ -1060,6 +1147,56 @@ async fn serve_connection(
         _ = reached(&mut stop, DRAIN) => conn.as_mut().graceful_shutdown(),
     }
     let _ = conn.await;
+}
+
+/// The connection preface of an HTTP/2 client with prior knowledge
+/// (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Whether the client opened with the HTTP/2 preface: its first bytes are
+/// peeked (not read; an HTTP/1.1 request goes to hyper whole). No HTTP/1.1
+/// method starts with `PR`, so three bytes decide; a client that sends
+/// fewer is waited for briefly, then served as HTTP/1.1.
+async fn h2_prior_knowledge(socket: &tokio::net::TcpStream) -> bool {
+    let mut buf = [0u8; 3];
+    for _ in 0..50 {
+        match socket.peek(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) if buf[..n] != H2_PREFACE[..n] => return false,
+            Ok(3) => return true,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(2)).await,
+        }
+    }
+    false
+}
+
+/// HTTP/2 with prior knowledge is not served (the gateway speaks HTTP/1.1
+/// to its clients, as every SDK does by default): the client is told in
+/// its own protocol, an empty SETTINGS frame then a GOAWAY with error
+/// `HTTP_1_1_REQUIRED` (RFC 9113 §7) and a sentence, after which clients
+/// such as curl say so or retry over HTTP/1.1, instead of a connection
+/// closed without a word.
+async fn refuse_h2(mut socket: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt as _;
+    const WHY: &[u8] = b"failover serves HTTP/1.1 only: connect without HTTP/2 prior knowledge";
+    let mut frames = Vec::with_capacity(9 + 9 + 8 + WHY.len());
+    let mut frame = |kind: u8, payload: &[u8]| {
+        let len = (payload.len() as u32).to_be_bytes();
+        frames.extend_from_slice(&len[1..]);
+        frames.extend_from_slice(&[kind, 0, 0, 0, 0, 0]);
+        frames.extend_from_slice(payload);
+    };
+    frame(0x4, &[]); // SETTINGS, none changed
+    let mut goaway = Vec::with_capacity(8 + WHY.len());
+    goaway.extend_from_slice(&0u32.to_be_bytes()); // last stream id: none
+    goaway.extend_from_slice(&0xdu32.to_be_bytes()); // HTTP_1_1_REQUIRED
+    goaway.extend_from_slice(WHY);
+    frame(0x7, &goaway); // GOAWAY
+    let _ = tokio::time::timeout(HEADER_READ_TIMEOUT, async {
+        let _ = socket.write_all(&frames).await;
+        let _ = socket.shutdown().await;
+    })
+    .await;
 }
 
 /// One worker: a thread whose runtime accepts from its own handle of the

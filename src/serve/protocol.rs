@@ -42,6 +42,12 @@ impl Protocol {
     }
 }
 
+/// The longest `model` a client may name (bytes): it is copied into the
+/// `x-failover-model` header, log lines and metric labels, so a client
+/// cannot make them as large as its body (issue 30). Real ids are under
+/// 100 bytes (`openrouter/meta-llama/llama-3.1-405b-instruct:free`).
+pub const MAX_MODEL_BYTES: usize = 256;
+
 /// A checked client request.
 #[derive(Clone, Debug)]
 pub struct ClientRequest {
@@ -79,6 +85,21 @@ impl GatewayError {
 
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, message)
+    }
+
+    /// Removes every stored secret from what the client will read (the
+    /// last of the redactions, on the final text: R16.11, issue 30).
+    pub fn scrub(&mut self, redactor: &crate::redact::Redactor) {
+        if redactor.is_empty() {
+            return;
+        }
+        self.message = redactor.scrub(&self.message).into_owned();
+        for t in [&mut self.error_type, &mut self.code].into_iter().flatten() {
+            *t = redactor.scrub(t).into_owned();
+        }
+        if let Some(d) = &mut self.detail {
+            redactor.scrub_json(d);
+        }
     }
 
     /// The error body in `protocol`'s shape.
@@ -179,6 +200,12 @@ pub fn parse_request(protocol: Protocol, bytes: &[u8]) -> Result<ClientRequest, 
     };
     let c = Check { body: &body };
     let model = match body.get("model") {
+        Some(Value::String(s)) if s.trim().len() > MAX_MODEL_BYTES => {
+            return Err(GatewayError::bad_request(format!(
+                "`model`: a model name is at most {MAX_MODEL_BYTES} bytes, found {}",
+                s.trim().len()
+            )))
+        }
         Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
         _ => return Err(c.wrong("model", "a model name string")),
     };
@@ -288,6 +315,20 @@ mod tests {
         let e = parse_request(Protocol::Anthropic, b"{not json").unwrap_err();
         assert!(e.message.starts_with("the request body is not valid JSON"));
         assert!(parse_request(Protocol::OpenAi, b"[1]").is_err());
+    }
+
+    // Issue 30: a model name longer than the bound is refused before any
+    // upstream call, in the client's protocol.
+    #[test]
+    fn a_model_name_is_bounded() {
+        let long = "m".repeat(MAX_MODEL_BYTES + 1);
+        let body = format!(r#"{{"model":"{long}","messages":[{{"role":"user","content":"hi"}}]}}"#);
+        let e = parse_request(Protocol::OpenAi, body.as_bytes()).unwrap_err();
+        assert_eq!(e.status, 400);
+        assert!(e.message.contains("at most 256 bytes"), "{}", e.message);
+        let ok = "m".repeat(MAX_MODEL_BYTES);
+        let body = format!(r#"{{"model":"{ok}","messages":[{{"role":"user","content":"hi"}}]}}"#);
+        assert!(parse_request(Protocol::OpenAi, body.as_bytes()).is_ok());
     }
 
     #[test]

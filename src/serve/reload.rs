@@ -50,9 +50,17 @@ pub struct Sources {
 #[derive(Default)]
 pub struct Stores {
     by_agent: Mutex<HashMap<String, Opened>>,
+    /// Whether the state can be written, shared by every runner of every
+    /// set (`/readyz`, `/metrics`).
+    health: Arc<crate::run::StateHealth>,
 }
 
 impl Stores {
+    /// Whether the state can be written (every agent's runners report here).
+    pub fn health(&self) -> &Arc<crate::run::StateHealth> {
+        &self.health
+    }
+
     /// Opens the backend of every agent the config names, before the
     /// first set is built (a Redis connection needs the runtime). A config
     /// that does not load is left for the first build to report.
@@ -143,6 +151,16 @@ pub struct ActiveSet {
 }
 
 impl ActiveSet {
+    /// Every secret any agent's state holds now (and the `${VAR}` keys):
+    /// what no client may read, whichever agent it asked (R16.11).
+    pub async fn redactor(&self) -> crate::redact::Redactor {
+        let mut r = crate::redact::Redactor::default();
+        for runner in self.runners.values() {
+            r.extend(runner.redactor().await);
+        }
+        r
+    }
+
     /// The pooled client of `provider`'s upstream, for this thread's lane.
     pub fn client(&self, provider: &str) -> Option<&super::upstream::Client> {
         let lane = super::lane() % self.clients.len().max(1);
@@ -236,7 +254,8 @@ pub fn build(
         ));
         let runner = Runner::with_store(engine.clone(), config.clone(), store)
             .map_err(|e| e.to_string())?
-            .with_skip_ttl_from_env();
+            .with_skip_ttl_from_env()
+            .with_state_health(stores.health.clone());
         runners.insert(agent, Arc::new(runner));
     }
     let clients = (0..lanes.max(1))

@@ -54,6 +54,18 @@ impl SseParser {
     }
 }
 
+/// The failure text of an event whose data is not what either protocol
+/// sends (issue 30): a broken stream, like a cut.
+pub const MALFORMED_EVENT: &str =
+    "upstream stream was aborted: it sent an event whose data is not JSON";
+
+/// Whether an event's data is not what its protocol sends: every data
+/// field of both protocols is one JSON value, but OpenAI's `[DONE]`.
+pub fn is_malformed(e: &Event) -> bool {
+    let d = e.data.trim();
+    d != "[DONE]" && serde_json::from_str::<serde::de::IgnoredAny>(d).is_err()
+}
+
 /// An error event of either protocol.
 pub fn is_error_event(e: &Event) -> bool {
     if e.event.as_deref() == Some("error") {
@@ -88,6 +100,14 @@ pub fn error_event_status(e: &Event) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_that_is_not_json_is_malformed() {
+        assert!(is_malformed(&Event::data("{not json")));
+        assert!(is_malformed(&Event::data("")));
+        assert!(!is_malformed(&Event::data("[DONE]")));
+        assert!(!is_malformed(&Event::data(r#"{"choices":[]}"#)));
+    }
 
     #[test]
     fn parses_events_across_chunks() {

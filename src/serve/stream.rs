@@ -34,7 +34,7 @@ use crate::run::{ProviderFailure, Runner};
 use super::metrics::Metrics;
 use super::protocol::{upstream_message, Protocol};
 use super::translate::{Event, StreamTranslator};
-use super::sse::{error_event_status, is_error_event, SseParser};
+use super::sse::{error_event_status, is_error_event, is_malformed, SseParser, MALFORMED_EVENT};
 use super::upstream::{BodyStream, Started};
 
 fn is_terminal(upstream: Protocol, e: &Event) -> bool {
@@ -65,27 +65,20 @@ pub fn client_error_event(client: Protocol, message: &str) -> Event {
 /// run's engine and marked on the profile with the run's policy.
 pub struct Recorder {
     pub runner: Arc<Runner>,
+    /// The set the run was on: its redactor knows every agent's secrets.
+    pub set: Arc<super::reload::ActiveSet>,
     pub provider: String,
     pub model: String,
     pub profile_id: Option<String>,
     pub metrics: Arc<Metrics>,
-    /// The profile's secrets, to scrub an upstream text that echoes one.
-    pub secrets: Vec<String>,
     /// `model` as a metric label (`other` when the config does not name it).
     pub model_label: String,
 }
 
 impl Recorder {
-    pub fn scrub(&self, text: &str) -> String {
-        let mut t = text.to_string();
-        for s in &self.secrets {
-            if s.len() >= 6 && t.contains(s.as_str()) {
-                t = t.replace(s.as_str(), "<redacted>");
-            }
-        }
-        t
-    }
-
+    /// Records the failure; returns the text the client may see: the
+    /// upstream's own message when it has one, else the failure's text,
+    /// without any stored secret in any encoding (R16.11).
     async fn failed(&self, failure: &ProviderFailure) -> String {
         let (p, m) = (self.provider.as_str(), self.model.as_str());
         let c = self
@@ -101,13 +94,13 @@ impl Recorder {
                 reset_at: None,
             };
             let now = self.runner.now_ms();
-            if let Err(e) = self.runner.mark_failure(id, p, &f, now).await {
-                tracing::error!(target: "failover::serve", error = %e, "cannot record a stream failure");
-            }
+            // A failed write is the state's health's to report.
+            self.runner.mark_failure(id, p, &f, now).await;
         }
         self.metrics
             .attempt(p, &self.model_label, "failed_mid_stream", &reason);
-        let text = self.scrub(&failure.text());
+        let redactor = self.set.redactor().await;
+        let text = redactor.scrub(&failure.text()).into_owned();
         tracing::warn!(
             target: "failover::serve",
             provider = p,
@@ -117,7 +110,10 @@ impl Recorder {
             detail = %text.chars().take(400).collect::<String>(),
             "stream_failed_after_first_byte"
         );
-        text
+        match failure.body.as_deref().and_then(upstream_message) {
+            Some((m, _)) => redactor.scrub(&m).into_owned(),
+            None => text,
+        }
     }
 }
 
@@ -180,18 +176,16 @@ impl Relay {
                 return None;
             }
             if let Some(e) = self.pending.pop_front() {
+                if is_malformed(&e) {
+                    return Some(self.cut(ProviderFailure::message(MALFORMED_EVENT)).await);
+                }
                 if is_error_event(&e) {
                     let failure = ProviderFailure {
                         status: error_event_status(&e),
                         body: Some(e.data.clone()),
                         ..Default::default()
                     };
-                    self.done = true;
-                    let text = self.recorder.failed(&failure).await;
-                    let msg = upstream_message(&e.data)
-                        .map(|(m, _)| self.recorder.scrub(&m))
-                        .unwrap_or(text);
-                    return Some(Bytes::from(client_error_event(self.client, &msg).encode()));
+                    return Some(self.cut(failure).await);
                 }
                 let terminal = is_terminal(self.upstream, &e);
                 let out = self.translator.push(e);

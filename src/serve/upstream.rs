@@ -46,6 +46,69 @@ pub const MAX_ANSWER_BYTES: usize = 64 << 20;
 /// `anthropic-version` sent when the client gave none.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 
+/// The gateway-wide budget of upstream bytes held in memory at once
+/// (`serve.maxBufferedBytes`, issue 30): every whole answer and error head
+/// being read takes its size from it as it arrives and gives it back when
+/// the client has it. A per-request limit alone lets several large
+/// answers at once take the process's memory many times over.
+#[derive(Clone, Debug)]
+pub struct Buffers {
+    kib: Arc<tokio::sync::Semaphore>,
+    total: usize,
+}
+
+/// Bytes held against the [`Buffers`] budget; given back when dropped.
+pub type Held = Option<tokio::sync::OwnedSemaphorePermit>;
+
+impl Buffers {
+    /// A budget of `bytes` (counted in KiB).
+    pub fn new(bytes: usize) -> Self {
+        let kib = bytes.div_ceil(1024).min(tokio::sync::Semaphore::MAX_PERMITS);
+        Buffers {
+            kib: Arc::new(tokio::sync::Semaphore::new(kib)),
+            total: bytes,
+        }
+    }
+
+    /// The budget, in bytes.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Grows `held` to cover `bytes`; `false` when the budget has no room.
+    fn cover(&self, held: &mut Held, bytes: usize) -> bool {
+        let want = bytes.div_ceil(1024);
+        let have = held.as_ref().map_or(0, |p| p.num_permits());
+        if want <= have {
+            return true;
+        }
+        let Ok(more) = u32::try_from(want - have) else {
+            return false;
+        };
+        match self.kib.clone().try_acquire_many_owned(more) {
+            Ok(p) => {
+                match held {
+                    Some(h) => h.merge(p),
+                    None => *held = Some(p),
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// Why [`read_head`] stopped before the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cut {
+    /// It read the whole body.
+    Whole,
+    /// The per-body limit.
+    Limit,
+    /// The gateway-wide budget.
+    Budget,
+}
+
 /// The body stream of an upstream response.
 pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, hyper::Error>> + Send>>;
 
@@ -106,8 +169,9 @@ impl tower_service::Service<axum::http::Uri> for Connect {
 pub enum Answer {
     /// A whole answer, as the upstream sent it: the bytes of one JSON
     /// object (checked, not parsed into a tree: a client of the same
-    /// protocol gets these bytes unchanged).
-    Whole(Bytes),
+    /// protocol gets these bytes unchanged), and their place in the
+    /// budget, held until the client has them.
+    Whole(Bytes, Held),
     /// A stream whose first event has arrived.
     Stream(Started),
 }
@@ -207,22 +271,27 @@ fn auth_headers(api: Api, profile: &Profile, id: &str) -> Result<HeaderMap, Atte
     Ok(h)
 }
 
-/// Reads at most `limit` bytes of a body; `true` when it was cut.
-async fn read_head(body: &mut BodyStream, limit: usize) -> Result<(Vec<u8>, bool), hyper::Error> {
+/// Reads at most `limit` bytes of a body, each chunk taken from the
+/// budget before it is kept (`held` grows with it).
+async fn read_head(
+    body: &mut BodyStream,
+    limit: usize,
+    buffers: &Buffers,
+    held: &mut Held,
+) -> Result<(Vec<u8>, Cut), hyper::Error> {
     let mut out = Vec::new();
     while let Some(chunk) = body.next().await {
         let chunk = chunk?;
-        let room = limit - out.len();
-        if chunk.len() > room {
-            out.extend_from_slice(&chunk[..room]);
-            return Ok((out, true));
+        let take = chunk.len().min(limit - out.len());
+        if !buffers.cover(held, out.len() + take) {
+            return Ok((out, Cut::Budget));
         }
-        out.extend_from_slice(&chunk);
-        if out.len() == limit {
-            return Ok((out, true));
+        out.extend_from_slice(&chunk[..take]);
+        if take < chunk.len() || out.len() == limit {
+            return Ok((out, Cut::Limit));
         }
     }
-    Ok((out, false))
+    Ok((out, Cut::Whole))
 }
 
 /// What a call needs besides the upstream.
@@ -238,6 +307,8 @@ pub struct CallInput<'a> {
     pub stream: bool,
     pub metrics: &'a Metrics,
     pub now_ms: u64,
+    /// The gateway-wide budget of buffered upstream bytes.
+    pub buffers: &'a Buffers,
 }
 
 /// Makes the call. See the module documentation.
@@ -290,12 +361,18 @@ pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
         input
             .metrics
             .first_byte(&u.id, started.elapsed().as_secs_f64());
-        let head = tokio::time::timeout_at(total_deadline, read_head(&mut body, ERROR_BODY_HEAD))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .map(|(b, _)| b)
-            .unwrap_or_default();
+        // Over the budget, the head read so far is classified (an error
+        // body's first KiB says what it is).
+        let mut held = None;
+        let head = tokio::time::timeout_at(
+            total_deadline,
+            read_head(&mut body, ERROR_BODY_HEAD, input.buffers, &mut held),
+        )
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|(b, _)| b)
+        .unwrap_or_default();
         drop(body);
         input
             .metrics
@@ -340,6 +417,11 @@ pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
             input
                 .metrics
                 .first_byte(&u.id, started.elapsed().as_secs_f64());
+            if events.iter().any(super::sse::is_malformed) {
+                return Err(AttemptError::Provider(
+                    ProviderFailure::message(super::sse::MALFORMED_EVENT).with_status(status),
+                ));
+            }
             // An error as the first event is a failure like any other:
             // nothing has reached the client yet, so the chain goes on.
             if let Some(err) = events.iter().find(|e| super::sse::is_error_event(e)) {
@@ -360,8 +442,12 @@ pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
     input
         .metrics
         .first_byte(&u.id, started.elapsed().as_secs_f64());
-    let whole =
-        tokio::time::timeout_at(total_deadline, read_head(&mut body, MAX_ANSWER_BYTES)).await;
+    let mut held = None;
+    let whole = tokio::time::timeout_at(
+        total_deadline,
+        read_head(&mut body, MAX_ANSWER_BYTES, input.buffers, &mut held),
+    )
+    .await;
     input
         .metrics
         .upstream_latency(&u.id, started.elapsed().as_secs_f64());
@@ -373,39 +459,93 @@ pub async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
             ))
         }
         Ok(Err(e)) => return Err(body_failure(&e)),
-        Ok(Ok((_, true))) => {
+        Ok(Ok((_, Cut::Limit))) => {
             return Err(AttemptError::Provider(ProviderFailure::message(format!(
                 "upstream answer is larger than {} MiB",
                 MAX_ANSWER_BYTES >> 20
             ))))
         }
-        Ok(Ok((b, false))) => b,
+        // The gateway's own limit, not the provider's fault: nothing is
+        // held against the profile, and the run moves on.
+        Ok(Ok((b, Cut::Budget))) => {
+            return Err(AttemptError::Skip(format!(
+                "the gateway is holding its limit of {} MiB of upstream answers (serve.maxBufferedBytes); this answer was not read past {} KiB",
+                input.buffers.total() >> 20,
+                b.len() >> 10
+            )))
+        }
+        Ok(Ok((b, Cut::Whole))) => b,
     };
-    if is_json_object(&bytes) {
-        Ok(Answer::Whole(Bytes::from(bytes)))
-    } else {
-        Err(AttemptError::Provider(
+    match shape(&bytes) {
+        Shape::Answer => Ok(Answer::Whole(Bytes::from(bytes), held)),
+        // An error object under a 2xx (providers and proxies do send
+        // them): a failure like any other, classified from its body.
+        Shape::Error => Err(AttemptError::Provider(ProviderFailure::from_http(
+            status,
+            std::iter::empty::<(&str, &str)>(),
+            &bytes,
+            input.now_ms,
+        ))),
+        Shape::NotAnObject => Err(AttemptError::Provider(
             ProviderFailure::message(NOT_AN_OBJECT).with_status(status),
-        ))
+        )),
     }
 }
 
 /// The failure of a 2xx whose body is not one JSON object.
 pub const NOT_AN_OBJECT: &str = "upstream answered with a body that is not a JSON object";
 
-/// Whether `bytes` are one well-formed JSON object (surrounding white space
-/// allowed), checked without building a tree.
-fn is_json_object(bytes: &[u8]) -> bool {
-    serde_json::from_slice::<&serde_json::value::RawValue>(bytes)
-        .is_ok_and(|raw| raw.get().starts_with('{'))
+/// What a 2xx body is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    /// One JSON object, not an error.
+    Answer,
+    /// One JSON object that is an error: a top-level `error` (OpenAI's
+    /// shape, and most proxies') or `"type": "error"` (Anthropic's).
+    Error,
+    NotAnObject,
+}
+
+/// The shape of `bytes`, read in one pass without building a tree: only
+/// the top-level `error` and `type` are looked at, every other value is
+/// checked and skipped.
+fn shape(bytes: &[u8]) -> Shape {
+    #[derive(serde::Deserialize)]
+    struct Top<'a> {
+        #[serde(default, borrow)]
+        error: Option<&'a serde_json::value::RawValue>,
+        #[serde(default, rename = "type", borrow)]
+        kind: Option<std::borrow::Cow<'a, str>>,
+    }
+    let starts_with_brace = bytes
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'{');
+    if !starts_with_brace {
+        return Shape::NotAnObject;
+    }
+    match serde_json::from_slice::<Top<'_>>(bytes) {
+        Ok(top) if top.error.is_some_and(|e| e.get() != "null") => Shape::Error,
+        Ok(top) if top.kind.as_deref() == Some("error") => Shape::Error,
+        Ok(_) => Shape::Answer,
+        Err(_) => Shape::NotAnObject,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn whole_answers_must_be_one_json_object() {
-        for ok in [&b"{}"[..], b" {\"a\":[1,2]}\n"] {
-            assert!(super::is_json_object(ok));
+        use super::{shape, Shape};
+        for ok in [&b"{}"[..], b" {\"a\":[1,2]}\n", b"{\"error\":null,\"type\":\"message\"}"] {
+            assert_eq!(shape(ok), Shape::Answer);
+        }
+        for err in [
+            &b"{\"error\":{\"message\":\"quota\"}}"[..],
+            b"{\"id\":1,\"error\":\"x\"}",
+            b"{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}",
+        ] {
+            assert_eq!(shape(err), Shape::Error);
         }
         for bad in [
             &b""[..],
@@ -417,7 +557,7 @@ mod tests {
             b"{\"a\":1}x",
             b"\xff",
         ] {
-            assert!(!super::is_json_object(bad), "{bad:?}");
+            assert_eq!(shape(bad), Shape::NotAnObject, "{bad:?}");
         }
     }
 }

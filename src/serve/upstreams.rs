@@ -151,17 +151,24 @@ pub struct ServeSettings {
     pub max_concurrent: usize,
     /// How long in-flight requests may finish after SIGTERM / Ctrl-C.
     pub shutdown_grace: Duration,
+    /// Upstream bodies held in memory at once, all requests together
+    /// (whole answers being read or translated, error heads): a new
+    /// answer that would go past it is refused with a clear error rather
+    /// than read (issue 30). Takes effect at the next start.
+    pub max_buffered_bytes: usize,
 }
 
 impl ServeSettings {
     /// 16 MiB holds a long conversation with a few images as base64;
     /// 1,024 requests at once is far past what one 2-core gateway answers
     /// while each holds at most one body in memory; 10 s lets a short
-    /// answer finish.
+    /// answer finish; 256 MiB of upstream bodies is four answers at the
+    /// per-answer limit (64 MiB) or thousands of ordinary ones.
     pub const DEFAULT: ServeSettings = ServeSettings {
         max_body_bytes: 16 << 20,
         max_concurrent: 1024,
         shutdown_grace: Duration::from_secs(10),
+        max_buffered_bytes: 256 << 20,
     };
 }
 
@@ -294,9 +301,19 @@ pub fn parse(
                                 settings.shutdown_grace = d;
                             }
                         }
+                        "maxBufferedBytes" => match v.as_u64() {
+                            Some(n) if n > 0 => {
+                                settings.max_buffered_bytes =
+                                    usize::try_from(n).unwrap_or(usize::MAX)
+                            }
+                            _ => problems.push(UpstreamProblem {
+                                path,
+                                message: "expected a positive whole number of bytes".into(),
+                            }),
+                        },
                         _ => problems.push(UpstreamProblem {
                             path,
-                            message: "unknown key: expected `maxBodyBytes`, `maxConcurrentRequests` or `shutdownGraceMs`".into(),
+                            message: "unknown key: expected `maxBodyBytes`, `maxConcurrentRequests`, `maxBufferedBytes` or `shutdownGraceMs`".into(),
                         }),
                     }
                 }

@@ -142,6 +142,23 @@ pub async fn open(
 /// Opens `agent`'s state as whole documents for a read-only tool, without
 /// creating anything (see the module documentation). Redis is reached on
 /// a small runtime of its own.
+/// [`open_docs`] for a reader that writes nothing (`failover status`):
+/// the embedded database is opened read-only, as an immutable snapshot
+/// where the directory cannot be written (then the `bool` is `true`).
+pub fn open_docs_read_only(
+    cfg: Option<&StateConfig>,
+    root: &Path,
+    agent: &str,
+) -> Result<(Arc<dyn Store>, StateBackend, bool), StoreError> {
+    #[cfg(feature = "sqlite")]
+    if backend_of(cfg) == StateBackend::Sqlite && sqlite_path(root, agent).exists() {
+        let (store, snapshot) = SqliteStore::open_read_only(root, agent)?;
+        return Ok((Arc::new(store), StateBackend::Sqlite, snapshot));
+    }
+    let (store, backend) = open_docs(cfg, root, agent)?;
+    Ok((store, backend, false))
+}
+
 pub fn open_docs(
     cfg: Option<&StateConfig>,
     root: &Path,

@@ -84,7 +84,10 @@ pub(crate) fn test_dir(kind: &str, name: &str) -> PathBuf {
 pub use atomic::create_private_dir;
 #[cfg(any(test, feature = "test-util"))]
 pub use atomic::{FaultAction, FaultPlan, WriteFault};
-pub use backend::{StateBackend, StateConfig, backend_of, open as open_backend, open_docs, Opened};
+pub use backend::{
+    backend_of, open as open_backend, open_docs, open_docs_read_only, Opened, StateBackend,
+    StateConfig,
+};
 pub use clock::{
     format_span, format_utc, Clock, ManualClock, SystemClock, DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS,
 };

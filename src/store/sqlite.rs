@@ -248,6 +248,25 @@ fn settle<T>(mut step: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<
     }
 }
 
+/// The database at `path` as an immutable snapshot (`immutable=1`: no
+/// locks, no `-shm`, no `-wal`), for a reader on a read-only mount. The
+/// path goes into a URI, percent-encoded where it must be.
+fn open_immutable(path: &Path) -> Result<Connection, StoreError> {
+    use rusqlite::OpenFlags;
+    let mut uri = String::from("file:");
+    for b in path.to_string_lossy().bytes() {
+        match b {
+            b'?' | b'#' | b'%' => uri.push_str(&format!("%{b:02X}")),
+            _ => uri.push(b as char),
+        }
+    }
+    uri.push_str("?immutable=1");
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    Connection::open_with_flags(&uri, flags).map_err(|e| db_err("open", path, e))
+}
+
 impl SqliteStore {
     /// Opens (creating when missing) the database of `agent_id` under
     /// `root`. A new database starts from the file store's routing state
@@ -286,6 +305,52 @@ impl SqliteStore {
             store.import_files()?;
         }
         Ok(store)
+    }
+
+    /// Opens the database of `agent_id` under `root` for reading only
+    /// (`failover status`, `state export`): nothing is created or written.
+    /// Where SQLite cannot read a WAL database without writing beside it
+    /// (a read-only mount, a directory the reader cannot write: its `-shm`
+    /// index cannot be made), the file is opened as an immutable snapshot
+    /// instead, which reads what was last checkpointed into it (a gateway
+    /// stopped cleanly checkpoints everything). Returns the store and
+    /// whether it is such a snapshot.
+    pub fn open_read_only(root: impl AsRef<Path>, agent_id: &str) -> Result<(Self, bool), StoreError> {
+        use rusqlite::OpenFlags;
+        let root = root.as_ref();
+        let files = FileStore::open(root, agent_id)?;
+        let path = sqlite_path(root, agent_id);
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let readable = |conn: &Connection| {
+            conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0))
+        };
+        let (conn, snapshot) = match Connection::open_with_flags(&path, flags) {
+            Ok(conn) if readable(&conn).is_ok() => (conn, false),
+            _ => {
+                let conn = open_immutable(&path)?;
+                readable(&conn).map_err(|e| db_err("read", &path, e))?;
+                (conn, true)
+            }
+        };
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| db_err("open", &path, e))?;
+        Ok((
+            SqliteStore {
+                files,
+                wal_index: None,
+                path,
+                conn: Mutex::new(conn),
+                seen: Mutex::new(None),
+                problems: Mutex::new(Vec::new()),
+                #[cfg(test)]
+                state_reads: Default::default(),
+                #[cfg(test)]
+                version_checks: Default::default(),
+                #[cfg(test)]
+                session_reads: Default::default(),
+            },
+            snapshot,
+        ))
     }
 
     /// The database file.
@@ -1014,6 +1079,44 @@ mod tests {
 
     fn session_reads(s: &SqliteStore) -> usize {
         s.session_reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    // Issue 30 item 7: `status` reads a state without writing to it: the
+    // database opened read-only, or as an immutable snapshot where even
+    // that cannot be done (a read-only mount, checked by hand: see the
+    // closing note of issue 30).
+    #[test]
+    fn a_state_that_cannot_be_written_is_read_as_a_snapshot() {
+        let root = temp("read-only");
+        {
+            let s = SqliteStore::open(&root, "main").unwrap();
+            Store::update_state_dyn(&s, &mut |st| st.stats_mut("openai:a").error_count = 3)
+                .unwrap();
+        }
+        let db = sqlite_path(&root, "main");
+        // Readable in place: opened read-only, not as a snapshot.
+        let (s, snapshot) = SqliteStore::open_read_only(&root, "main").unwrap();
+        assert!(!snapshot);
+        assert_eq!(Store::load_state(&s).unwrap().usage_stats["openai:a"].error_count, 3);
+        drop(s);
+        // The snapshot a read-only mount falls back to (the plain
+        // read-only open fails there: `-shm` cannot be made): it reads the
+        // tables, in a path that needs escaping in a URI, and writes
+        // nothing beside the file.
+        let odd = root.join("a dir?#%");
+        std::fs::create_dir_all(&odd).unwrap();
+        let copy = odd.join("state.sqlite");
+        std::fs::copy(&db, &copy).unwrap();
+        let before = std::fs::read(&copy).unwrap();
+        let conn = open_immutable(&copy).unwrap();
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .unwrap();
+        assert!(n > 0);
+        drop(conn);
+        assert_eq!(std::fs::read(&copy).unwrap(), before, "nothing written");
+        assert_eq!(std::fs::read_dir(&odd).unwrap().count(), 1, "no -shm, no -wal");
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     fn pinned(profile: &str) -> impl FnMut(&mut SessionEntry) + '_ {

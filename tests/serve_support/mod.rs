@@ -497,6 +497,20 @@ impl Gw {
             .unwrap_or(Value::Null)
     }
 
+    /// Clears every profile's cooldown and disable (another writer of the
+    /// state, as an operator's tool would be).
+    pub fn stop_cooling(&self) {
+        self.docs()
+            .update_state_dyn(&mut |st| {
+                for s in st.usage_stats.values_mut() {
+                    s.cooldown_until = None;
+                    s.disabled_until = None;
+                    s.cooldown_model = None;
+                }
+            })
+            .unwrap();
+    }
+
     /// Every stored session, as `sessions.json` would hold them.
     pub fn sessions_text(&self) -> String {
         self.docs().load_sessions().unwrap().to_json().to_string()
