@@ -1,0 +1,64 @@
+//! `failover serve`: the gateway (the crate `failover-gateway`). Thin: flags to
+//! options.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::UsageError;
+use super::{CmdResult, RulesArgs};
+use failover_gateway::{Options, Sources, DEFAULT_LISTEN};
+
+#[derive(Args, Debug)]
+pub(super) struct ServeArgs {
+    /// The gateway config (YAML or JSON): agents, auth, models.providers, serve.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// The state directory: auth-profiles.json (secrets) and, unless the
+    /// config's `state:` block says otherwise, the state database.
+    #[arg(long, value_name = "DIR")]
+    pub state: PathBuf,
+    /// The address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    pub listen: String,
+    /// Reload when the config or a rules file changes (SIGHUP always reloads).
+    #[arg(long)]
+    pub watch: bool,
+    /// Worker threads, each serving its share of the connections on a
+    /// runtime of its own [default: one per core]. `0` serves on one
+    /// runtime shared by all cores (tokio's work-stealing scheduler).
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+    #[command(flatten)]
+    pub rules: RulesArgs,
+}
+
+pub(super) fn run(args: &ServeArgs) -> CmdResult {
+    if !args.config.is_file() {
+        return Err(UsageError(format!(
+            "config `{}` is not a file",
+            crate::syntax::display_name(&args.config)
+        ))
+        .into());
+    }
+    if args.state.exists() && !args.state.is_dir() {
+        return Err(UsageError(format!(
+            "state `{}` is not a directory",
+            crate::syntax::display_name(&args.state)
+        ))
+        .into());
+    }
+    Ok(failover_gateway::main(Options {
+        sources: Sources {
+            config: args.config.clone(),
+            state: args.state.clone(),
+            rules: args.rules.dirs.clone(),
+            no_defaults: args.rules.no_defaults,
+        },
+        listen: args.listen.clone(),
+        watch: args.watch,
+        workers: args
+            .workers
+            .unwrap_or_else(failover_gateway::default_workers),
+    }))
+}

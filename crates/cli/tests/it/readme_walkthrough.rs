@@ -1,0 +1,151 @@
+//! The README's walkthrough, run as written (issue 15, "How it is shown"):
+//! each ```sh block between `<!-- walkthrough:begin` and
+//! `<!-- walkthrough:end -->` runs in order with bash, in one empty
+//! directory, with this build's `failover` first on the `PATH`; it must
+//! exit as its last line says (`# exit N`, else 0), and its output must
+//! hold the lines of the ```text block after it, in order (`…` stands for
+//! anything within a line).
+
+use std::path::Path;
+use std::process::Command;
+
+struct Step {
+    script: String,
+    expect: Vec<String>,
+    exit: i32,
+}
+
+fn steps(readme: &str) -> Vec<Step> {
+    let begin = readme
+        .find("<!-- walkthrough:begin")
+        .expect("README has no walkthrough");
+    let end = readme[begin..]
+        .find("<!-- walkthrough:end -->")
+        .expect("the walkthrough does not end")
+        + begin;
+    let body = &readme[begin..end];
+    let mut steps: Vec<Step> = Vec::new();
+    let mut lines = body.lines();
+    while let Some(line) = lines.next() {
+        let fence = line.trim_end();
+        if fence != "```sh" && fence != "```text" {
+            continue;
+        }
+        let block: Vec<&str> = lines
+            .by_ref()
+            .take_while(|l| l.trim_end() != "```")
+            .collect();
+        if fence == "```sh" {
+            let exit = block
+                .last()
+                .and_then(|l| l.rsplit_once("# exit "))
+                .and_then(|(_, n)| n.trim().parse().ok())
+                .unwrap_or(0);
+            steps.push(Step {
+                script: block.join("\n"),
+                expect: Vec::new(),
+                exit,
+            });
+        } else {
+            let step = steps.last_mut().expect("a text block before any sh block");
+            step.expect = block.iter().map(|l| l.to_string()).collect();
+        }
+    }
+    steps
+}
+
+/// Whether `line` matches `pattern`, `…` standing for anything.
+fn matches(line: &str, pattern: &str) -> bool {
+    let mut rest = line;
+    for (i, part) in pattern.split('…').enumerate() {
+        match rest.find(part) {
+            Some(at) if i > 0 || at == 0 => rest = &rest[at + part.len()..],
+            _ => return false,
+        }
+    }
+    pattern.ends_with('…') || rest.is_empty()
+}
+
+#[test]
+fn the_readme_walkthrough_runs_as_written() {
+    let root = crate::repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let steps = steps(&readme);
+    assert!(steps.len() >= 4, "{} steps", steps.len());
+    let dir = std::env::temp_dir().join(format!("failover-walkthrough-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_failover")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for (n, step) in steps.iter().enumerate() {
+        let o = Command::new("bash")
+            .arg("-c")
+            .arg(&step.script)
+            .current_dir(&dir)
+            .env("PATH", &path)
+            .env_remove("NO_COLOR")
+            .output()
+            .unwrap();
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(
+            o.status.code(),
+            Some(step.exit),
+            "step {} exited otherwise than the README says:\n{}\n---\n{out}",
+            n + 1,
+            step.script
+        );
+        let mut lines = out.lines();
+        for want in &step.expect {
+            assert!(
+                lines.any(|l| matches(l, want)),
+                "step {}: the output does not show `{want}` (in order):\n{out}",
+                n + 1
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ellipses_match_anything_within_a_line() {
+    assert!(matches(
+        "ok: 13 files, 200 rules; no problems",
+        "ok: 13 files, … no problems"
+    ));
+    assert!(!matches("ok: 13 files", "ok: 13 files, … no problems"));
+    assert!(matches("a b", "a b"));
+    assert!(!matches("xa b", "a b"));
+}
+
+/// CI runs the README's test command (issue 15 item 8), so the command a
+/// newcomer is told to run is the one kept green.
+#[test]
+fn ci_runs_the_readmes_test_command() {
+    let root = crate::repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let two = readme
+        .split("## Two commands")
+        .nth(1)
+        .and_then(|s| s.split("```sh\n").nth(1))
+        .and_then(|s| s.split("```").next())
+        .expect("the README's two commands");
+    let test = two
+        .lines()
+        .find(|l| l.starts_with("cargo test"))
+        .and_then(|l| l.split('#').next())
+        .map(str::trim)
+        .expect("a cargo test command");
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    assert!(
+        ci.lines().any(|l| l.trim().ends_with(test)),
+        "`.ci/run` does not run the README's test command `{test}`"
+    );
+}

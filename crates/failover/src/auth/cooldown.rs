@@ -1,0 +1,750 @@
+//! Cooldown and disable arithmetic (SPEC R7.3, R7.4, R8.1, R8.4, R16.4–R16.6,
+//! R6.7).
+//!
+//! A profile can be blocked two ways, recorded in its [`UsageStats`]:
+//!
+//! * a **cooldown** (`cooldownUntil`), for reasons declared `cooldown`:
+//!   `min(1 h, 60 s · 5^min(n−1, 3))` where `n` is the error count, so
+//!   1 min, 5 min, 25 min, then 1 h. When the reason is declared
+//!   `scope model` and the failing model is known, the cooldown records
+//!   `cooldownModel` and a sibling model of the same profile may still run;
+//! * a **disable** (`disabledUntil`, `disabledReason`), for reasons declared
+//!   `disable LANE`: the billing lane starts at 5 h (per provider
+//!   overridable) and the auth_permanent lane at 10 min; both double per
+//!   failure of that reason and stop at their cap (24 h, 60 min). A disable
+//!   blocks every model.
+//!
+//! Three rules keep the windows honest. An active window is never extended
+//! by a failure inside it (R16.5) — a retry storm must not push recovery
+//! further away — though a failure of another model, or of an unknown
+//! model, widens a model-scoped cooldown to the whole profile. Counters
+//! reset only after `failureWindowHours` without a failure (R16.6), or on a
+//! success. An exact reset time reported by the provider replaces the
+//! computed length of a new window (R6.7).
+//!
+//! Which reason does what is never decided here by name: the caller passes
+//! the reason's declared [`ReasonBehaviour`].
+//!
+//! Worked example (default policy, reason `rate_limit` declared
+//! `cooldown; scope model`), times in minutes from 0:
+//!
+//! | t  | event                       | errorCount | cooldownUntil | cooldownModel |
+//! |----|-----------------------------|-----------:|--------------:|---------------|
+//! | 0  | `gpt-5` rate-limited        | 1          | 1             | `gpt-5`       |
+//! | 0  | `gpt-5-mini` may still run  |            |               |               |
+//! | 0.5| `gpt-5-mini` rate-limited   | 2          | 1 (kept)      | — (widened)   |
+//! | 2  | `gpt-5` rate-limited again  | 3          | 27            | `gpt-5`       |
+
+use crate::compile::reasons::ReasonBehaviour;
+use crate::store::{AuthState, UsageStats, HOUR_MS, MINUTE_MS};
+
+use super::CooldownPolicy;
+
+/// The first cooldown step: one minute (R7.4).
+pub(crate) const COOLDOWN_BASE_MS: u64 = MINUTE_MS;
+/// Each further error multiplies the cooldown by five (R7.4).
+pub(crate) const COOLDOWN_FACTOR: u64 = 5;
+/// Cooldowns stop growing at one hour (R7.4).
+pub(crate) const COOLDOWN_CAP_MS: u64 = HOUR_MS;
+/// No disable window is shorter than a minute, whatever the config says
+/// (REFERENCE c), so a zero base cannot make a disable meaningless.
+pub(crate) const DISABLE_FLOOR_MS: u64 = MINUTE_MS;
+
+/// The cooldown length after the `error_count`-th error (1-based).
+pub(crate) fn cooldown_ms(error_count: u32) -> u64 {
+    let steps = error_count.saturating_sub(1).min(3);
+    (COOLDOWN_BASE_MS * COOLDOWN_FACTOR.pow(steps)).min(COOLDOWN_CAP_MS)
+}
+
+/// What blocks a profile for a model right now: a profile is cooling or
+/// disabled, nothing else (a closed set).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Block {
+    /// A cooldown (`cooldownUntil`, R7.3, R7.4) is active.
+    Cooling {
+        /// When the cooldown ends (epoch ms).
+        until: u64,
+        /// `Some` when only this model is blocked.
+        model: Option<String>,
+        /// The reason that started the cooldown (`cooldownReason`), when recorded.
+        reason: Option<String>,
+    },
+    /// A disable (`disabledUntil`, R8.1, R16.4) is active; it blocks every model.
+    Disabled {
+        /// When the profile becomes usable again (epoch ms): the later of the
+        /// disable and any cooldown active with it.
+        until: u64,
+        /// The recorded `disabledReason`, e.g. `billing`.
+        reason: Option<String>,
+    },
+}
+
+impl Block {
+    /// When the profile becomes usable again (for the model asked about).
+    pub fn until(&self) -> u64 {
+        match self {
+            Block::Cooling { until, .. } | Block::Disabled { until, .. } => *until,
+        }
+    }
+
+    /// The failover reason recorded for the block, when known.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Block::Cooling { reason, .. } | Block::Disabled { reason, .. } => reason.as_deref(),
+        }
+    }
+}
+
+/// What blocks `stats` for `model` at `now_ms` (`None`: usable). With
+/// `model` unknown, a model-scoped cooldown blocks (the safe answer). When
+/// both a disable and a cooldown are active the later expiry counts.
+pub fn block_for(stats: &UsageStats, model: Option<&str>, now_ms: u64) -> Option<Block> {
+    let cooling = stats.cooldown_until.filter(|u| *u > now_ms).filter(|_| {
+        match (&stats.cooldown_model, model) {
+            (Some(scoped), Some(m)) => scoped == m,
+            _ => true,
+        }
+    });
+    let disabled = stats.disabled_until.filter(|u| *u > now_ms);
+    match (disabled, cooling) {
+        (Some(d), c) => Some(Block::Disabled {
+            until: d.max(c.unwrap_or(0)),
+            reason: stats.disabled_reason.clone(),
+        }),
+        (None, Some(c)) => Some(Block::Cooling {
+            until: c,
+            model: stats.cooldown_model.clone(),
+            reason: stats.cooldown_reason.clone(),
+        }),
+        (None, None) => None,
+    }
+}
+
+#[cfg(test)]
+/// Whether `profile_id` may be tried for `model` at `now_ms`.
+pub(crate) fn is_available(
+    state: &AuthState,
+    profile_id: &str,
+    model: Option<&str>,
+    now_ms: u64,
+) -> bool {
+    state
+        .stats(profile_id)
+        .is_none_or(|s| block_for(s, model, now_ms).is_none())
+}
+
+#[cfg(test)]
+/// The soonest moment one of `profile_ids` becomes usable for `model`, or
+/// `None` when one is usable now or nothing is known. Cooldowns scoped to
+/// other models are ignored (R14.4).
+pub(crate) fn soonest_expiry<'a>(
+    state: &AuthState,
+    profile_ids: impl IntoIterator<Item = &'a str>,
+    model: Option<&str>,
+    now_ms: u64,
+) -> Option<u64> {
+    let mut soonest: Option<u64> = None;
+    for id in profile_ids {
+        match state.stats(id).and_then(|s| block_for(s, model, now_ms)) {
+            None => return None,
+            Some(b) => soonest = Some(soonest.map_or(b.until(), |s| s.min(b.until()))),
+        }
+    }
+    soonest
+}
+
+/// One failed attempt, as the executor knows it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Failure<'a> {
+    /// The reason's name (written to `cooldownReason` / `disabledReason`
+    /// and counted in `failureCounts`).
+    pub reason: &'a str,
+    /// The reason's declared behaviour: decides cooldown, disable, scope.
+    pub behaviour: &'a ReasonBehaviour,
+    /// The model that failed, when known.
+    pub model: Option<&'a str>,
+    /// An exact reset time the provider reported (R6.7), epoch ms.
+    pub reset_at: Option<u64>,
+}
+
+/// What [`record_failure`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub(crate) enum FailureEffect {
+    /// The reason neither cools down nor disables: nothing recorded.
+    Ignored,
+    /// A new window started.
+    Started(Block),
+    /// A window was already active and was kept (R16.5); `widened` when a
+    /// model-scoped cooldown now covers the whole profile.
+    Kept { block: Block, widened: bool },
+}
+
+/// Records a failure of `profile_id` (of `provider`) at `now_ms`.
+pub(crate) fn record_failure(
+    state: &mut AuthState,
+    profile_id: &str,
+    provider: &str,
+    failure: &Failure<'_>,
+    policy: &CooldownPolicy,
+    now_ms: u64,
+) -> FailureEffect {
+    let b = failure.behaviour;
+    if !b.cooldown && b.disable.is_none() {
+        return FailureEffect::Ignored;
+    }
+    let s = state.stats_mut(profile_id);
+    // R16.6: counters reset only after a quiet failure window.
+    if let Some(last) = s.last_failure_at {
+        if now_ms.saturating_sub(last) > policy.failure_window_ms() {
+            s.error_count = 0;
+            s.failure_counts.clear();
+        }
+    }
+    s.error_count = s.error_count.saturating_add(1);
+    let n_reason = {
+        let c = s
+            .failure_counts
+            .entry(failure.reason.to_string())
+            .or_insert(0);
+        *c = c.saturating_add(1);
+        *c
+    };
+    s.last_failure_at = Some(now_ms);
+    // R6.7: the provider's own reset time, capped by the operator's policy
+    // for this reason (a `Retry-After` of 30 years is the provider's
+    // wish, not the operator's).
+    let exact = failure
+        .reset_at
+        .filter(|r| *r > now_ms)
+        .map(|r| r.min(now_ms.saturating_add(policy.provider_reset_cap_ms(b.disable, provider))));
+
+    if let Some(lane) = b.disable {
+        if let Some(until) = s.disabled_until.filter(|u| *u > now_ms) {
+            return FailureEffect::Kept {
+                block: Block::Disabled {
+                    until,
+                    reason: s.disabled_reason.clone(),
+                },
+                widened: false,
+            };
+        }
+        // Saturating: a configured backoff of 1e16 hours must disable for
+        // ever, not wrap around to "already over".
+        let until =
+            exact.unwrap_or(now_ms.saturating_add(policy.disable_ms(lane, provider, n_reason)));
+        s.disabled_until = Some(until);
+        s.disabled_reason = Some(failure.reason.to_string());
+        return FailureEffect::Started(Block::Disabled {
+            until,
+            reason: s.disabled_reason.clone(),
+        });
+    }
+
+    let scoped_model = failure.model.filter(|_| b.model_scoped);
+    if let Some(until) = s.cooldown_until.filter(|u| *u > now_ms) {
+        let widened = match (&s.cooldown_model, scoped_model) {
+            (Some(m), Some(f)) if m == f => false,
+            (Some(_), _) => true,
+            (None, _) => false,
+        };
+        if widened {
+            s.cooldown_model = None;
+        }
+        return FailureEffect::Kept {
+            block: Block::Cooling {
+                until,
+                model: s.cooldown_model.clone(),
+                reason: s.cooldown_reason.clone(),
+            },
+            widened,
+        };
+    }
+    let until = exact.unwrap_or(now_ms.saturating_add(cooldown_ms(s.error_count)));
+    s.cooldown_until = Some(until);
+    s.cooldown_reason = Some(failure.reason.to_string());
+    s.cooldown_model = scoped_model.map(str::to_string);
+    FailureEffect::Started(Block::Cooling {
+        until,
+        model: s.cooldown_model.clone(),
+        reason: s.cooldown_reason.clone(),
+    })
+}
+
+/// Records a success of `profile_id` with `model` at `now_ms`: the profile
+/// is marked used (round-robin, R6.2) and good for its provider, and its
+/// failure record is cleared — unless a cooldown scoped to another model is
+/// still running, which a sibling's success says nothing about.
+pub(crate) fn record_success(
+    state: &mut AuthState,
+    profile_id: &str,
+    provider: &str,
+    model: Option<&str>,
+    now_ms: u64,
+) {
+    state.last_good.insert(
+        crate::store::normalize_provider(provider),
+        profile_id.into(),
+    );
+    let s = state.stats_mut(profile_id);
+    s.last_used = Some(now_ms);
+    let other_model_cooling = s.cooldown_until.is_some_and(|u| u > now_ms)
+        && matches!((&s.cooldown_model, model), (Some(c), Some(m)) if c != m);
+    if other_model_cooling {
+        return;
+    }
+    s.error_count = 0;
+    s.failure_counts.clear();
+    s.cooldown_until = None;
+    s.cooldown_reason = None;
+    s.cooldown_model = None;
+    s.disabled_until = None;
+    s.disabled_reason = None;
+}
+
+/// `base · 2^(n−1)`, capped at `max` (or `base` when the cap is lower),
+/// never below [`DISABLE_FLOOR_MS`].
+pub(super) fn lane_ms(base_ms: u64, max_ms: u64, n: u32) -> u64 {
+    let doublings = n.saturating_sub(1).min(32);
+    base_ms
+        .saturating_mul(1u64 << doublings)
+        .min(max_ms.max(base_ms))
+        .max(DISABLE_FLOOR_MS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::reasons::DisableLane;
+
+    const T0: u64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+
+    fn rate_limit() -> ReasonBehaviour {
+        ReasonBehaviour {
+            failover: true,
+            cooldown: true,
+            transient: true,
+            model_scoped: true,
+            ..Default::default()
+        }
+    }
+
+    fn auth() -> ReasonBehaviour {
+        ReasonBehaviour {
+            failover: true,
+            cooldown: true,
+            ..Default::default()
+        }
+    }
+
+    fn lane(l: DisableLane) -> ReasonBehaviour {
+        ReasonBehaviour {
+            failover: true,
+            disable: Some(l),
+            ..Default::default()
+        }
+    }
+
+    fn fail(
+        state: &mut AuthState,
+        reason: &str,
+        b: &ReasonBehaviour,
+        model: Option<&str>,
+        now: u64,
+    ) -> FailureEffect {
+        let f = Failure {
+            reason,
+            behaviour: b,
+            model,
+            reset_at: None,
+        };
+        record_failure(
+            state,
+            "openai:a",
+            "openai",
+            &f,
+            &CooldownPolicy::default(),
+            now,
+        )
+    }
+
+    // R7.4: 1 min, 5 min, 25 min, 1 h cap.
+    #[test]
+    fn r7_4_exponential_steps() {
+        let got: Vec<u64> = (1..=6).map(cooldown_ms).collect();
+        let m = MINUTE_MS;
+        assert_eq!(got, vec![m, 5 * m, 25 * m, 60 * m, 60 * m, 60 * m]);
+        assert_eq!(cooldown_ms(0), m);
+    }
+
+    // R7.4 through record_failure: each new window follows the ladder.
+    #[test]
+    fn r7_4_windows_grow_with_error_count() {
+        let mut s = AuthState::default();
+        let b = auth();
+        let mut now = T0;
+        for expect in [1, 5, 25, 60, 60] {
+            let e = fail(&mut s, "auth", &b, None, now);
+            let FailureEffect::Started(block) = e else {
+                panic!("{e:?}")
+            };
+            assert_eq!(block.until(), now + expect * MINUTE_MS);
+            now = block.until(); // the window has just expired
+        }
+    }
+
+    // R16.5: a failure inside an active window does not extend it.
+    #[test]
+    fn r16_5_active_cooldown_not_extended() {
+        let mut s = AuthState::default();
+        let b = auth();
+        fail(&mut s, "auth", &b, None, T0);
+        let e = fail(&mut s, "auth", &b, None, T0 + 30_000);
+        assert!(matches!(e, FailureEffect::Kept { widened: false, .. }));
+        assert_eq!(
+            s.usage_stats["openai:a"].cooldown_until,
+            Some(T0 + MINUTE_MS)
+        );
+        assert_eq!(s.usage_stats["openai:a"].error_count, 2);
+    }
+
+    // R7.3: a model-scoped cooldown lets a sibling through; disables block all.
+    #[test]
+    fn r7_3_model_scoped_cooldown_lets_sibling_through() {
+        let mut s = AuthState::default();
+        fail(&mut s, "rate_limit", &rate_limit(), Some("gpt-5"), T0);
+        let st = &s.usage_stats["openai:a"];
+        assert_eq!(st.cooldown_model.as_deref(), Some("gpt-5"));
+        assert!(!is_available(&s, "openai:a", Some("gpt-5"), T0 + 1));
+        assert!(is_available(&s, "openai:a", Some("gpt-5-mini"), T0 + 1));
+        assert!(
+            !is_available(&s, "openai:a", None, T0 + 1),
+            "unknown model: blocked"
+        );
+        assert!(is_available(&s, "openai:a", Some("gpt-5"), T0 + MINUTE_MS));
+
+        fail(&mut s, "billing", &lane(DisableLane::Billing), None, T0 + 2);
+        assert!(!is_available(&s, "openai:a", Some("gpt-5-mini"), T0 + 3));
+    }
+
+    // R7.3 (REFERENCE c): another model failing in the window widens scope,
+    // without extending the window.
+    #[test]
+    fn r7_3_other_model_failure_widens_scope() {
+        let mut s = AuthState::default();
+        fail(&mut s, "rate_limit", &rate_limit(), Some("gpt-5"), T0);
+        let e = fail(
+            &mut s,
+            "rate_limit",
+            &rate_limit(),
+            Some("gpt-5-mini"),
+            T0 + 30_000,
+        );
+        assert!(
+            matches!(e, FailureEffect::Kept { widened: true, .. }),
+            "{e:?}"
+        );
+        let st = &s.usage_stats["openai:a"];
+        assert_eq!(st.cooldown_model, None);
+        assert_eq!(st.cooldown_until, Some(T0 + MINUTE_MS));
+        assert!(!is_available(&s, "openai:a", Some("o3"), T0 + 40_000));
+    }
+
+    #[test]
+    fn r7_3_profile_wide_reason_is_not_scoped() {
+        let mut s = AuthState::default();
+        fail(&mut s, "auth", &auth(), Some("gpt-5"), T0);
+        assert_eq!(s.usage_stats["openai:a"].cooldown_model, None);
+    }
+
+    // R8.1, R8.4: billing disable 5 h doubling to a 24 h cap.
+    #[test]
+    fn r8_4_billing_doubles_to_cap() {
+        let mut s = AuthState::default();
+        let b = lane(DisableLane::Billing);
+        let mut now = T0;
+        for hours in [5, 10, 20, 24, 24] {
+            let e = fail(&mut s, "billing", &b, None, now);
+            let FailureEffect::Started(Block::Disabled { until, reason }) = e else {
+                panic!("{e:?}")
+            };
+            assert_eq!(until, now + hours * HOUR_MS);
+            assert_eq!(reason.as_deref(), Some("billing"));
+            now = until;
+        }
+    }
+
+    // A backoff too large to add to the clock disables for ever: it used
+    // to wrap around to an instant in the past (no disable at all).
+    #[test]
+    fn huge_billing_backoff_saturates_instead_of_wrapping() {
+        let huge = CooldownPolicy::hours(1e16).unwrap();
+        let policy = CooldownPolicy::new()
+            .with_billing_backoff(huge)
+            .with_billing_max(huge);
+        let mut s = AuthState::default();
+        let f = Failure {
+            reason: "billing",
+            behaviour: &lane(DisableLane::Billing),
+            model: None,
+            reset_at: None,
+        };
+        let e = record_failure(&mut s, "openai:a", "openai", &f, &policy, T0);
+        let FailureEffect::Started(Block::Disabled { until, .. }) = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(until, u64::MAX);
+        assert!(!is_available(&s, "openai:a", None, T0 + 365 * 24 * HOUR_MS));
+    }
+
+    // R8.4: per-provider billing base.
+    #[test]
+    fn r8_4_billing_base_per_provider() {
+        let policy = CooldownPolicy::new()
+            .with_billing_backoff_for("OpenAI", CooldownPolicy::hours(1.0).unwrap());
+        let mut s = AuthState::default();
+        let b = lane(DisableLane::Billing);
+        let f = Failure {
+            reason: "billing",
+            behaviour: &b,
+            model: None,
+            reset_at: None,
+        };
+        let e = record_failure(&mut s, "openai:a", "openai", &f, &policy, T0);
+        assert_eq!(
+            e,
+            FailureEffect::Started(Block::Disabled {
+                until: T0 + HOUR_MS,
+                reason: Some("billing".into())
+            })
+        );
+        let e = record_failure(&mut s, "xai:a", "xai", &f, &policy, T0);
+        assert_eq!(
+            e,
+            FailureEffect::Started(Block::Disabled {
+                until: T0 + 5 * HOUR_MS,
+                reason: Some("billing".into())
+            })
+        );
+    }
+
+    // R16.4: auth_permanent disable 10 min doubling to 60 min.
+    #[test]
+    fn r16_4_auth_permanent_lane() {
+        let mut s = AuthState::default();
+        let b = lane(DisableLane::AuthPermanent);
+        let mut now = T0;
+        for mins in [10, 20, 40, 60, 60] {
+            let e = fail(&mut s, "auth_permanent", &b, None, now);
+            assert_eq!(
+                e,
+                FailureEffect::Started(Block::Disabled {
+                    until: now + mins * MINUTE_MS,
+                    reason: Some("auth_permanent".into())
+                })
+            );
+            now += mins * MINUTE_MS;
+        }
+    }
+
+    // R16.5 for disables.
+    #[test]
+    fn r16_5_active_disable_not_extended() {
+        let mut s = AuthState::default();
+        let b = lane(DisableLane::Billing);
+        fail(&mut s, "billing", &b, None, T0);
+        let e = fail(&mut s, "billing", &b, None, T0 + HOUR_MS);
+        assert!(matches!(e, FailureEffect::Kept { .. }));
+        assert_eq!(
+            s.usage_stats["openai:a"].disabled_until,
+            Some(T0 + 5 * HOUR_MS)
+        );
+    }
+
+    // R16.6: counters reset only after failureWindowHours without failure.
+    #[test]
+    fn r16_6_counters_reset_after_quiet_window() {
+        let mut s = AuthState::default();
+        let b = lane(DisableLane::Billing);
+        fail(&mut s, "billing", &b, None, T0); // 5 h
+        let second = T0 + 5 * HOUR_MS;
+        fail(&mut s, "billing", &b, None, second); // 10 h: 5 h after the last failure
+                                                   // 24 h after `second` exactly: still inside the window → 20 h.
+        let third = second + 24 * HOUR_MS;
+        let e = fail(&mut s, "billing", &b, None, third);
+        assert_eq!(
+            e,
+            FailureEffect::Started(Block::Disabled {
+                until: third + 20 * HOUR_MS,
+                reason: Some("billing".into())
+            })
+        );
+        // More than 24 h quiet → back to the 5 h base, error count 1.
+        let fourth = third + 24 * HOUR_MS + 1;
+        let e = fail(&mut s, "billing", &b, None, fourth);
+        assert_eq!(
+            e,
+            FailureEffect::Started(Block::Disabled {
+                until: fourth + 5 * HOUR_MS,
+                reason: Some("billing".into())
+            })
+        );
+        assert_eq!(s.usage_stats["openai:a"].error_count, 1);
+    }
+
+    // R16.6: an expired cooldown alone does not reset the ladder.
+    #[test]
+    fn r16_6_expiry_alone_keeps_counter() {
+        let mut s = AuthState::default();
+        fail(&mut s, "auth", &auth(), None, T0);
+        let later = T0 + 2 * HOUR_MS;
+        let e = fail(&mut s, "auth", &auth(), None, later);
+        assert_eq!(
+            e,
+            FailureEffect::Started(Block::Cooling {
+                until: later + 5 * MINUTE_MS,
+                model: None,
+                reason: Some("auth".into())
+            })
+        );
+    }
+
+    // R6.7: an exact reset time replaces the computed window, up to the
+    // operator's cap (`providerResetMaxHours`, issue 30).
+    #[test]
+    fn r6_7_exact_reset_time_wins() {
+        let mut s = AuthState::default();
+        let b = rate_limit();
+        let reset = T0 + 3 * 24 * HOUR_MS;
+        let f = Failure {
+            reason: "rate_limit",
+            behaviour: &b,
+            model: Some("gpt-5"),
+            reset_at: Some(reset),
+        };
+        let weekly = CooldownPolicy::default()
+            .with_provider_reset_max(std::time::Duration::from_secs(7 * 24 * 3600));
+        record_failure(&mut s, "openai:sub", "openai", &f, &weekly, T0);
+        assert!(!is_available(&s, "openai:sub", Some("gpt-5"), reset - 1));
+        assert!(is_available(&s, "openai:sub", Some("gpt-5"), reset));
+        // With the default cap the same reset cools for a day.
+        record_failure(
+            &mut s,
+            "openai:capped",
+            "openai",
+            &f,
+            &CooldownPolicy::default(),
+            T0,
+        );
+        assert_eq!(
+            s.usage_stats["openai:capped"].cooldown_until,
+            Some(T0 + 24 * HOUR_MS)
+        );
+        // A reset time in the past is ignored.
+        let f = Failure {
+            reset_at: Some(T0 - 1),
+            ..f
+        };
+        let e = record_failure(
+            &mut s,
+            "openai:b",
+            "openai",
+            &f,
+            &CooldownPolicy::default(),
+            T0,
+        );
+        assert_eq!(
+            e.clone(),
+            FailureEffect::Started(Block::Cooling {
+                until: T0 + MINUTE_MS,
+                model: Some("gpt-5".into()),
+                reason: Some("rate_limit".into())
+            })
+        );
+    }
+
+    #[test]
+    fn reasons_without_cooldown_are_not_recorded() {
+        let mut s = AuthState::default();
+        let b = ReasonBehaviour {
+            failover: true,
+            advance_model: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            fail(&mut s, "model_not_found", &b, Some("x"), T0),
+            FailureEffect::Ignored
+        );
+        assert!(s.usage_stats.is_empty());
+    }
+
+    #[test]
+    fn success_clears_record_unless_other_model_cooling() {
+        let mut s = AuthState::default();
+        fail(&mut s, "rate_limit", &rate_limit(), Some("gpt-5"), T0);
+        record_success(&mut s, "openai:a", "openai", Some("gpt-5-mini"), T0 + 1);
+        assert_eq!(
+            s.usage_stats["openai:a"].cooldown_model.as_deref(),
+            Some("gpt-5")
+        );
+        assert_eq!(s.usage_stats["openai:a"].last_used, Some(T0 + 1));
+        record_success(&mut s, "openai:a", "openai", Some("gpt-5"), T0 + 2);
+        let st = &s.usage_stats["openai:a"];
+        assert_eq!((st.cooldown_until, st.error_count), (None, 0));
+        assert_eq!(s.last_good["openai"], "openai:a");
+    }
+
+    #[test]
+    fn soonest_expiry_over_profiles() {
+        let mut s = AuthState::default();
+        s.stats_mut("a").cooldown_until = Some(T0 + 10);
+        s.stats_mut("b").disabled_until = Some(T0 + 5);
+        s.stats_mut("c").cooldown_until = Some(T0 + 1);
+        s.stats_mut("c").cooldown_model = Some("other".into());
+        assert_eq!(soonest_expiry(&s, ["a", "b"], Some("m"), T0), Some(T0 + 5));
+        assert_eq!(
+            soonest_expiry(&s, ["a", "c"], Some("m"), T0),
+            None,
+            "c is usable for m"
+        );
+        assert_eq!(soonest_expiry(&s, ["a", "new"], None, T0), None);
+    }
+
+    // R17.1, issue 30: a provider's reset time cannot disable or cool a profile
+    // for longer than the operator's policy for that reason allows.
+    #[test]
+    fn a_providers_reset_time_is_capped_per_reason() {
+        let p = CooldownPolicy::default();
+        let far = T0 + 31 * 365 * 24 * HOUR_MS;
+        let billing = ReasonBehaviour {
+            failover: true,
+            disable: Some(DisableLane::Billing),
+            ..Default::default()
+        };
+        let auth_permanent = ReasonBehaviour {
+            failover: true,
+            disable: Some(DisableLane::AuthPermanent),
+            ..Default::default()
+        };
+        for (b, reason, until) in [
+            (rate_limit(), "rate_limit", T0 + 24 * HOUR_MS),
+            (billing, "billing", T0 + 24 * HOUR_MS),
+            (auth_permanent, "auth_permanent", T0 + 60 * MINUTE_MS),
+        ] {
+            let mut s = AuthState::default();
+            let f = Failure {
+                reason,
+                behaviour: &b,
+                model: None,
+                reset_at: Some(far),
+            };
+            record_failure(&mut s, "p:1", "p", &f, &p, T0);
+            let st = &s.usage_stats["p:1"];
+            assert_eq!(
+                st.cooldown_until.or(st.disabled_until),
+                Some(until),
+                "{reason}"
+            );
+        }
+    }
+}

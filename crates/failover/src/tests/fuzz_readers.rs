@@ -1,0 +1,355 @@
+//! A fuzz target per reader (issue 16): rules, golden cases, scenarios,
+//! gateway config, the three state files, a JSONL line and a provider's
+//! JSON body. Each starts from the shipped files of its kind and applies
+//! random mutations (byte flips, inserted tokens that matter to that
+//! format, deleted and duplicated ranges, truncation). Every input must be
+//! read without a panic, within a time bound, and give a result or a
+//! clear error.
+//!
+//! `cargo test` runs 64 inputs per target; `FUZZ_CASES=N` runs N (CI runs
+//! a bounded number, see `.ci/run`). Each target prints how many inputs
+//! it tried.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use super::{default_cases, repo_root};
+use crate::config::{Format, GatewayConfig};
+use crate::load::{build_layers, DEFAULT_RULES};
+use crate::store::{AuthProfiles, AuthState, SessionStore};
+use crate::{Body, Engine, ProviderError};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+/// What one input may cost at most (debug build, shared machine).
+const PER_INPUT: Duration = Duration::from_secs(10);
+
+fn cases() -> u32 {
+    std::env::var("FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
+}
+
+fn root() -> &'static Path {
+    static ROOT: OnceLock<std::path::PathBuf> = OnceLock::new();
+    ROOT.get_or_init(repo_root)
+}
+
+fn read_all(dir: &str, suffix: &str) -> Vec<Vec<u8>> {
+    crate::load::files_with_suffix(&root().join(dir), suffix)
+        .unwrap()
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect()
+}
+
+#[derive(Clone, Debug)]
+enum Mutation {
+    Flip(usize, u8),
+    Insert(usize, usize),
+    Delete(usize, usize),
+    Duplicate(usize, usize, u8),
+    Truncate(usize),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<usize>(), any::<u8>()).prop_map(|(a, b)| Mutation::Flip(a, b)),
+        (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Mutation::Insert(a, b)),
+        (any::<usize>(), 0usize..64).prop_map(|(a, b)| Mutation::Delete(a, b)),
+        (any::<usize>(), 0usize..256, 1u8..8).prop_map(|(a, b, c)| Mutation::Duplicate(a, b, c)),
+        any::<usize>().prop_map(Mutation::Truncate),
+    ]
+}
+
+fn mutate(seed: &[u8], muts: &[Mutation], tokens: &[&str]) -> Vec<u8> {
+    let mut v = seed.to_vec();
+    for m in muts {
+        let at = |x: usize, v: &Vec<u8>| if v.is_empty() { 0 } else { x % (v.len() + 1) };
+        match *m {
+            Mutation::Flip(a, b) if !v.is_empty() => {
+                let i = a % v.len();
+                v[i] ^= b;
+            }
+            Mutation::Insert(a, t) => {
+                let i = at(a, &v);
+                let tok = tokens[t % tokens.len()].as_bytes();
+                v.splice(i..i, tok.iter().copied());
+            }
+            Mutation::Delete(a, n) => {
+                let i = at(a, &v);
+                let end = (i + n).min(v.len());
+                v.drain(i..end);
+            }
+            Mutation::Duplicate(a, n, times) => {
+                let i = at(a, &v);
+                let end = (i + n).min(v.len());
+                let piece: Vec<u8> = v[i..end].to_vec();
+                for _ in 0..times {
+                    v.splice(end..end, piece.iter().copied());
+                }
+            }
+            Mutation::Truncate(a) => {
+                let i = at(a, &v);
+                v.truncate(i);
+            }
+            _ => {}
+        }
+    }
+    v
+}
+
+/// Runs `target` on `cases()` mutations of the seeds; returns the count.
+fn fuzz(name: &str, seeds: Vec<Vec<u8>>, tokens: &[&str], target: impl Fn(&[u8])) {
+    assert!(!seeds.is_empty(), "{name}: no seed files");
+    let tried = AtomicU64::new(0);
+    let mut runner = TestRunner::new(Config {
+        cases: cases(),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = (0..seeds.len(), proptest::collection::vec(mutation(), 1..8));
+    let result = runner.run(&strategy, |(s, muts)| {
+        let input = mutate(&seeds[s], &muts, tokens);
+        let started = Instant::now();
+        target(&input);
+        tried.fetch_add(1, Ordering::Relaxed);
+        prop_assert!(
+            started.elapsed() < PER_INPUT,
+            "{name}: {:?} on {} bytes",
+            started.elapsed(),
+            input.len()
+        );
+        Ok(())
+    });
+    eprintln!("fuzz {name}: {} inputs", tried.load(Ordering::Relaxed));
+    if let Err(e) = result {
+        panic!("{name}: {e}");
+    }
+}
+
+const YAML_TOKENS: &[&str] = &[
+    "[",
+    "]",
+    "{",
+    "}",
+    "'",
+    "\"",
+    ": ",
+    "- ",
+    "\n",
+    "\n  ",
+    "#",
+    "&a ",
+    "*a",
+    "<<: *a\n",
+    "!!str ",
+    "|\n",
+    ">\n",
+    "---\n",
+    "don't",
+    "\\",
+    "\t",
+    "?",
+    ",",
+    "null",
+    "~",
+    "1e999",
+    "-1",
+    "+5m",
+    "sk-FAKE-0123456789abcdefghij",
+];
+const JSON_TOKENS: &[&str] = &[
+    "{",
+    "}",
+    "[",
+    "]",
+    "\"",
+    ":",
+    ",",
+    "null",
+    "true",
+    "-1",
+    "1e400",
+    "18446744073709551616",
+    "\"\\u0000\"",
+    "\\",
+    "\"x\":",
+    "\"key\": \"sk-FAKE-0123456789abcdef\"",
+    "\u{feff}",
+    "\n",
+];
+
+#[test]
+fn fuzz_rules() {
+    let seeds = DEFAULT_RULES
+        .iter()
+        .map(|(_, t)| t.as_bytes().to_vec())
+        .collect();
+    let tokens = &[
+        "rule x.y ",
+        "when ",
+        "=> ",
+        "and ",
+        "or ",
+        "not ",
+        "(",
+        ")",
+        "[",
+        "]",
+        "{",
+        "}",
+        "\"",
+        "/",
+        "/(a{1000}){1000}/",
+        "has any ",
+        "matches ",
+        "status ",
+        "in ",
+        "..",
+        "#",
+        "\n",
+        "\\u{",
+        "provider ",
+        "reason ",
+        "selection ",
+        "sk-FAKE-0123456789abcdefghij",
+    ];
+    fuzz("rules", seeds, tokens, |input| {
+        let build = build_layers(
+            vec![("fuzz".into(), vec![("fuzz.rules".into(), input.to_vec())])],
+            true,
+        );
+        assert!(build.ruleset.is_some() || build.has_errors());
+        let _ = crate::diag::render_all(&build.diagnostics, &build.sources);
+    });
+}
+
+#[test]
+fn fuzz_cases() {
+    let seeds = default_cases()
+        .iter()
+        .map(|(_, t)| t.as_bytes().to_vec())
+        .collect();
+    fuzz("cases", seeds, YAML_TOKENS, |input| {
+        let _ = crate::golden::parse_cases("fuzz.cases.yaml", &String::from_utf8_lossy(input));
+    });
+}
+
+#[test]
+fn fuzz_scenarios() {
+    let seeds = read_all("examples/scenarios", ".yaml");
+    fuzz("scenario", seeds, YAML_TOKENS, |input| {
+        let text = String::from_utf8_lossy(input);
+        if crate::yaml::guard(&text).is_ok() {
+            let _ = serde_yaml::from_str::<crate::run::scenario::Scenario>(&text);
+        }
+    });
+}
+
+#[test]
+fn fuzz_config() {
+    let mut seeds = read_all("examples/configs", ".yaml");
+    seeds.extend(read_all("tests/fixtures", ".yaml"));
+    fuzz("config (YAML)", seeds, YAML_TOKENS, |input| {
+        let text = String::from_utf8_lossy(input);
+        match GatewayConfig::parse(&text, Format::Yaml, "fuzz.yaml") {
+            Ok(c) => {
+                let _ = crate::config::render_problems(&c.warnings, &c.name, &c.text);
+            }
+            Err(e) => {
+                let _ = e.to_string();
+            }
+        }
+    });
+    fuzz(
+        "config (JSON)",
+        read_all("examples/configs", ".json"),
+        JSON_TOKENS,
+        |input| {
+            let text = String::from_utf8_lossy(input);
+            let _ =
+                GatewayConfig::parse(&text, Format::Json, "fuzz.json").map_err(|e| e.to_string());
+        },
+    );
+}
+
+#[test]
+fn fuzz_state_files() {
+    let seeds = read_all("tests/fixtures/state", ".json");
+    fuzz("state files", seeds, JSON_TOKENS, |input| {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(input) else {
+            return;
+        };
+        let path = Path::new("fuzz.json");
+        let mut problems = Vec::new();
+        if let Ok(p) = AuthProfiles::from_json(v.clone(), path, &mut problems) {
+            let _ = p.to_json();
+        }
+        if let Ok(s) = AuthState::from_json(v.clone(), path, &mut problems) {
+            let _ = s.to_json();
+        }
+        if let Ok(s) = SessionStore::from_json(v, path, &mut problems) {
+            let _ = s.to_json();
+        }
+        for p in &problems {
+            let _ = p.to_string();
+        }
+    });
+}
+
+fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(Engine::builtin)
+}
+
+#[test]
+fn fuzz_jsonl_lines() {
+    let mut seeds: Vec<Vec<u8>> = Vec::new();
+    for f in ["examples/errors.jsonl", "examples/bad-lines.jsonl"] {
+        let text = std::fs::read(root().join(f)).unwrap();
+        seeds.extend(text.split(|&b| b == b'\n').map(<[u8]>::to_vec));
+    }
+    fuzz("JSONL line", seeds, JSON_TOKENS, |input| {
+        let mut out = Vec::new();
+        crate::classify::stream::classify(
+            engine(),
+            std::io::Cursor::new(input.to_vec()),
+            &mut out,
+            &crate::classify::stream::Options::default().explain(true),
+            |_| {},
+        )
+        .unwrap();
+        // One output line per input line (blank lines are skipped).
+        let lines = input
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+            .count();
+        assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), lines);
+    });
+}
+
+#[test]
+fn fuzz_provider_bodies() {
+    let text = std::fs::read_to_string(root().join("examples/errors.jsonl")).unwrap();
+    let seeds: Vec<Vec<u8>> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v.get("body").map(|b| b.to_string().into_bytes()))
+        .collect();
+    fuzz("provider JSON body", seeds, JSON_TOKENS, |input| {
+        let text = String::from_utf8_lossy(input);
+        let e = ProviderError::message("").with_body(Body::Text(&text));
+        let _ = engine().classify(&e);
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+            let _ = engine().classify(
+                &ProviderError::message("x")
+                    .with_body(Body::Json(&v))
+                    .with_status(429),
+            );
+        }
+    });
+}

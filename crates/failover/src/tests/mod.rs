@@ -1,0 +1,72 @@
+//! The crate's own tests that reach its internals (the private stages and
+//! the `#[cfg(test)]` hooks such as the store's write faults), one module
+//! per subject. Tests the public API alone can run are in `tests/it`.
+//!
+//! The data they read stays at the repository root (`rules/`, `docs/`,
+//! `examples/`, `tests/fixtures/`): [`repo_root`].
+
+use std::path::PathBuf;
+
+mod fuzz_readers;
+mod golden_cases;
+mod matcher_agrees;
+mod parser_fuzz;
+mod precedence;
+#[cfg(all(feature = "sqlite", feature = "redis"))]
+mod run_common;
+#[cfg(all(feature = "sqlite", feature = "redis"))]
+mod run_events;
+#[cfg(all(feature = "sqlite", feature = "redis"))]
+mod run_executor;
+#[cfg(all(feature = "sqlite", feature = "redis"))]
+mod run_load;
+#[cfg(all(feature = "sqlite", feature = "redis"))]
+mod run_skip;
+#[cfg(all(feature = "sqlite", feature = "redis"))]
+mod run_tracing;
+#[cfg(all(feature = "sqlite", feature = "redis"))]
+mod store_backends;
+mod store_bad_input;
+mod store_concurrency;
+mod store_crash;
+#[cfg(feature = "redis")]
+mod store_outage_merge;
+mod store_quarantine;
+#[cfg(feature = "redis")]
+mod store_round_trips;
+mod store_rules;
+
+/// The repository's root, where the data files are.
+pub(crate) fn repo_root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .canonicalize()
+        .expect("the repository root")
+}
+
+/// The golden cases of the default ruleset (`rules/**/*.cases.yaml`) as
+/// (path from the root, text), in path order: what the command line
+/// embeds for `failover test`.
+pub(crate) fn default_cases() -> Vec<(String, String)> {
+    let root = repo_root();
+    crate::load::files_with_suffix(&root.join("rules"), ".cases.yaml")
+        .expect("rules/")
+        .into_iter()
+        .map(|p| {
+            let name = crate::syntax::display_name(p.strip_prefix(&root).unwrap());
+            (name, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect()
+}
+
+/// The name the test harness gives test `name` of the module whose
+/// `module_path!()` is `module`: its path without the crate's name
+/// (`tests::store_crash::crash_child`). The tests that run this binary
+/// again as a child pick the child's test by it, with `--exact`.
+pub(crate) fn test_name(module: &str, name: &str) -> String {
+    let path = module.split_once("::").map_or("", |(_, p)| p);
+    if path.is_empty() {
+        name.to_string()
+    } else {
+        format!("{path}::{name}")
+    }
+}

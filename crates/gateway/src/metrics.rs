@@ -1,0 +1,345 @@
+//! `GET /metrics`: Prometheus text, through `prometheus-client`.
+//!
+//! Every label value comes from the config or from a closed list (a
+//! client protocol, an outcome, a reason the rules declare), never from a
+//! client's text: a model a client names that the config does not is
+//! counted as `other`, so a client cannot grow the label set. No label or
+//! value is a secret (profile ids are not labels at all).
+//!
+//! Every metric the gateway exports is registered here, its name in
+//! [`names`] and its labels in the label structs below (the field names are
+//! the label names): `/metrics` renders this registry and nothing else.
+
+use std::sync::Mutex;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// The metric names, without the registry's `failover_` prefix (and, for
+/// counters, without the `_total` suffix the exposition adds).
+pub(crate) mod names {
+    pub(crate) const PREFIX: &str = "failover";
+    pub(crate) const REQUESTS: &str = "requests";
+    pub(crate) const ATTEMPTS: &str = "attempts";
+    pub(crate) const FALLBACKS: &str = "fallbacks";
+    pub(crate) const WINDOWS_STARTED: &str = "windows_started";
+    pub(crate) const PROFILES_COOLING: &str = "profiles_cooling";
+    pub(crate) const PROBES: &str = "probes";
+    pub(crate) const UPSTREAM_LATENCY: &str = "upstream_latency_seconds";
+    pub(crate) const UPSTREAM_FIRST_BYTE: &str = "upstream_first_byte_seconds";
+    pub(crate) const RELOADS: &str = "reloads";
+    pub(crate) const STATE_WRITE_ERRORS: &str = "state_write_errors";
+    pub(crate) const STATE_DEGRADED: &str = "state_degraded";
+    pub(crate) const STATE_BACKEND_UP: &str = "state_backend_up";
+    pub(crate) const STATE_BACKEND_OUTAGES: &str = "state_backend_outages";
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    protocol: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AttemptLabels {
+    provider: String,
+    model: String,
+    outcome: &'static str,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProviderLabels {
+    provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgentLabels {
+    agent: String,
+}
+
+/// What `/metrics` reads from the state at scrape time.
+#[derive(Debug, Default)]
+pub(crate) struct StateView {
+    /// Profiles blocked now, by provider.
+    pub(crate) cooling: Vec<(String, i64)>,
+    /// State writes that failed since start.
+    pub(crate) write_failures: u64,
+    /// Whether the last state write failed.
+    pub(crate) degraded: bool,
+    /// A shared backend's health per agent: up now, outages since start.
+    pub(crate) backends: Vec<(String, bool, u64)>,
+}
+
+fn latency_histogram() -> Histogram {
+    // 100 µs … ~100 s in doublings.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 21))
+}
+
+/// The gateway's metrics. Cheap to update from any task.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    attempts: Family<AttemptLabels, Counter>,
+    fallbacks: Counter,
+    windows: Family<KindLabels, Counter>,
+    cooling: Family<ProviderLabels, Gauge>,
+    probes: Family<OutcomeLabels, Counter>,
+    latency: Family<ProviderLabels, Histogram, fn() -> Histogram>,
+    ttfb: Family<ProviderLabels, Histogram, fn() -> Histogram>,
+    reloads: Family<OutcomeLabels, Counter>,
+    state_write_errors: Counter,
+    state_degraded: Gauge,
+    backend_up: Family<AgentLabels, Gauge>,
+    backend_outages: Family<AgentLabels, Counter>,
+    /// Serialises scrapes (the cooling gauge is rebuilt per scrape).
+    scrape: Mutex<()>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Self {
+        use names::*;
+        let mut registry = Registry::with_prefix(PREFIX);
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            REQUESTS,
+            "Client requests by protocol and outcome",
+            requests.clone(),
+        );
+        let attempts = Family::<AttemptLabels, Counter>::default();
+        registry.register(
+            ATTEMPTS,
+            "Upstream attempts (and skipped candidates) by provider, model, outcome and reason",
+            attempts.clone(),
+        );
+        let fallbacks = Counter::default();
+        registry.register(
+            FALLBACKS,
+            "Requests answered by a candidate after an earlier one failed or was skipped",
+            fallbacks.clone(),
+        );
+        let windows = Family::<KindLabels, Counter>::default();
+        registry.register(
+            WINDOWS_STARTED,
+            "Cooldown and disable windows started on auth profiles",
+            windows.clone(),
+        );
+        let cooling = Family::<ProviderLabels, Gauge>::default();
+        registry.register(
+            PROFILES_COOLING,
+            "Auth profiles in cooldown or disabled now, by provider",
+            cooling.clone(),
+        );
+        let probes = Family::<OutcomeLabels, Counter>::default();
+        registry.register(PROBES, "Cooldown probes by outcome", probes.clone());
+        let latency: Family<ProviderLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            UPSTREAM_LATENCY,
+            "Upstream call duration, by provider",
+            latency.clone(),
+        );
+        let ttfb: Family<ProviderLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            UPSTREAM_FIRST_BYTE,
+            "Upstream time to first byte (response head, or first stream event), by provider",
+            ttfb.clone(),
+        );
+        let reloads = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            RELOADS,
+            "Rule-set and config reloads by result (ok, refused)",
+            reloads.clone(),
+        );
+        let state_write_errors = Counter::default();
+        registry.register(
+            STATE_WRITE_ERRORS,
+            "State writes that failed (the answers went out without them)",
+            state_write_errors.clone(),
+        );
+        let state_degraded = Gauge::default();
+        registry.register(
+            STATE_DEGRADED,
+            "Whether the last state write failed",
+            state_degraded.clone(),
+        );
+        let backend_up = Family::<AgentLabels, Gauge>::default();
+        registry.register(
+            STATE_BACKEND_UP,
+            "Whether the shared state backend answers (0: serving from the local view)",
+            backend_up.clone(),
+        );
+        let backend_outages = Family::<AgentLabels, Counter>::default();
+        registry.register(
+            STATE_BACKEND_OUTAGES,
+            "Outages of the shared state backend since start",
+            backend_outages.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            attempts,
+            fallbacks,
+            windows,
+            cooling,
+            probes,
+            latency,
+            ttfb,
+            reloads,
+            state_write_errors,
+            state_degraded,
+            backend_up,
+            backend_outages,
+            scrape: Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn request(&self, protocol: &'static str, outcome: &'static str) {
+        self.requests
+            .get_or_create(&RequestLabels { protocol, outcome })
+            .inc();
+    }
+
+    pub(crate) fn attempt(&self, provider: &str, model: &str, outcome: &'static str, reason: &str) {
+        self.attempts
+            .get_or_create(&AttemptLabels {
+                provider: provider.to_string(),
+                model: model.to_string(),
+                outcome,
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    pub(crate) fn fallback(&self) {
+        self.fallbacks.inc();
+    }
+
+    pub(crate) fn window_started(&self, kind: &'static str) {
+        self.windows.get_or_create(&KindLabels { kind }).inc();
+    }
+
+    pub(crate) fn probe(&self, outcome: &'static str) {
+        self.probes.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    pub(crate) fn upstream_latency(&self, provider: &str, seconds: f64) {
+        self.latency
+            .get_or_create(&ProviderLabels {
+                provider: provider.to_string(),
+            })
+            .observe(seconds);
+    }
+
+    pub(crate) fn first_byte(&self, provider: &str, seconds: f64) {
+        self.ttfb
+            .get_or_create(&ProviderLabels {
+                provider: provider.to_string(),
+            })
+            .observe(seconds);
+    }
+
+    pub(crate) fn reload(&self, ok: bool) {
+        self.reloads
+            .get_or_create(&OutcomeLabels {
+                outcome: if ok { "ok" } else { "refused" },
+            })
+            .inc();
+    }
+
+    /// The text exposition, with the values read from the state at scrape
+    /// time set from `state`.
+    pub(crate) fn render(&self, state: &StateView) -> String {
+        let _g = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
+        self.cooling.clear();
+        for (provider, n) in &state.cooling {
+            self.cooling
+                .get_or_create(&ProviderLabels {
+                    provider: provider.clone(),
+                })
+                .set(*n);
+        }
+        // Totals kept elsewhere, monotone: the counter catches up.
+        let seen = self.state_write_errors.get();
+        self.state_write_errors
+            .inc_by(state.write_failures.saturating_sub(seen));
+        self.state_degraded.set(i64::from(state.degraded));
+        self.backend_up.clear();
+        for (agent, up, outages) in &state.backends {
+            let labels = AgentLabels {
+                agent: agent.clone(),
+            };
+            self.backend_up.get_or_create(&labels).set(i64::from(*up));
+            let c = self.backend_outages.get_or_create(&labels);
+            c.inc_by(outages.saturating_sub(c.get()));
+        }
+        let mut out = String::new();
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let m = Metrics::new();
+        m.request("openai", "ok");
+        m.attempt("openai", "gpt", "failed", "rate_limit");
+        m.reload(false);
+        let text = m.render(&StateView {
+            cooling: vec![("openai".into(), 2)],
+            write_failures: 3,
+            degraded: true,
+            backends: vec![("main".into(), false, 2)],
+        });
+        assert!(
+            text.contains(r#"failover_requests_total{protocol="openai",outcome="ok"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"failover_attempts_total{provider="openai",model="gpt",outcome="failed",reason="rate_limit"} 1"#));
+        assert!(text.contains(r#"failover_profiles_cooling{provider="openai"} 2"#));
+        assert!(text.contains(r#"failover_reloads_total{outcome="refused"} 1"#));
+        assert!(text.contains("failover_state_write_errors_total 3\n"));
+        assert!(text.contains("failover_state_degraded 1\n"));
+        assert!(text.contains(r#"failover_state_backend_up{agent="main"} 0"#));
+        assert!(text.contains(r#"failover_state_backend_outages_total{agent="main"} 2"#));
+        assert!(text.ends_with("# EOF\n"));
+        // A later scrape catches the totals up, never counts twice.
+        let text = m.render(&StateView {
+            write_failures: 5,
+            backends: vec![("main".into(), true, 2)],
+            ..StateView::default()
+        });
+        assert!(
+            text.contains("failover_state_write_errors_total 5\n"),
+            "{text}"
+        );
+        assert!(text.contains(r#"failover_state_backend_outages_total{agent="main"} 2"#));
+        assert!(text.contains(r#"failover_state_backend_up{agent="main"} 1"#));
+    }
+}

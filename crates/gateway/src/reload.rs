@@ -1,0 +1,338 @@
+//! The active set: config, upstreams, compiled rules and one runner per
+//! agent, built and checked as a whole, then swapped in at once.
+//!
+//! A reload (SIGHUP, or a file change under `--watch`) builds a new set
+//! from the files; any problem — a config error, an upstream problem, a
+//! rule that does not compile — refuses the whole set: its diagnostics are
+//! logged and the old set keeps serving. A request holds the set it
+//! started with (an `Arc`) until it ends, so a reload never changes the
+//! rules or the chain under a request in flight. `GET /readyz` reports the
+//! active set's hash: of the config text and of every rules file's name
+//! and text.
+//!
+//! What a reload does not carry over: the runners' in-memory tables (probe
+//! throttle, re-probe times, skip cache) start empty in the new set, as
+//! after a restart. The state on disk — cooldowns, disables, session
+//! overrides — is the same store and carries over untouched.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use failover::Engine;
+use failover::GatewayConfig;
+use failover::Runner;
+use failover::{StateBackend, StateConfig};
+
+use crate::errors::Error;
+use failover::state::{backend_of, open as open_backend, Opened, Profile, DEFAULT_AGENT};
+
+use super::metrics::Metrics;
+use super::state::GatewayStore;
+use super::upstream::client_for;
+use super::upstreams::{self, ServeSettings, Upstreams};
+
+/// Where a set comes from.
+#[derive(Clone, Debug)]
+pub struct Sources {
+    /// The gateway config file.
+    pub config: PathBuf,
+    /// The state directory (`auth-profiles.json` and, by default, the database).
+    pub state: PathBuf,
+    /// Operator rules directories, highest priority first.
+    pub rules: Vec<PathBuf>,
+    /// Leave the embedded default rules out.
+    pub no_defaults: bool,
+}
+
+/// One state backend per agent (the config's `state:` block, SQLite by
+/// default), opened once and kept across reloads: a changed `state:`
+/// block takes effect at the next start.
+#[derive(Default)]
+pub struct Stores {
+    by_agent: Mutex<HashMap<String, Opened>>,
+    /// Whether the state can be written, shared by every runner of every
+    /// set (`/readyz`, `/metrics`).
+    health: Arc<failover::StateHealth>,
+}
+
+impl Stores {
+    /// Whether the state can be written (every agent's runners report here).
+    pub fn health(&self) -> &Arc<failover::StateHealth> {
+        &self.health
+    }
+
+    /// Opens the backend of every agent the config names, before the
+    /// first set is built (a Redis connection needs the runtime). A config
+    /// that does not load is left for the first build to report.
+    pub async fn preopen(&self, sources: &Sources) -> Result<(), Error> {
+        let Ok(loaded) = GatewayConfig::load(&sources.config) else {
+            return Ok(());
+        };
+        let cfg = loaded.config;
+        let mut agents: Vec<String> = vec![DEFAULT_AGENT.to_string()];
+        agents.extend(cfg.agents.list.iter().map(|a| a.id.clone()));
+        for agent in agents {
+            if self.cached(&agent).is_some() {
+                continue;
+            }
+            let opened = open_backend(cfg.state.as_ref(), &sources.state, &agent)
+                .await
+                .map_err(|e| state_error(&e))?;
+            self.lock().insert(agent, opened);
+        }
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Opened>> {
+        self.by_agent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn cached(&self, agent: &str) -> Option<Opened> {
+        self.lock().get(agent).cloned()
+    }
+
+    fn get(
+        &self,
+        root: &std::path::Path,
+        agent: &str,
+        cfg: Option<&StateConfig>,
+    ) -> Result<Opened, Error> {
+        if let Some(s) = self.cached(agent) {
+            return Ok(s);
+        }
+        // An agent added by a reload (or a set built outside `start`):
+        // open its backend now.
+        let opened = match backend_of(cfg) {
+            StateBackend::Redis => match tokio::runtime::Handle::try_current() {
+                Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                    tokio::task::block_in_place(|| h.block_on(open_backend(cfg, root, agent)))
+                }
+                _ => {
+                    return Err(Error::State {
+                        message: format!(
+                            "error: agent `{agent}`: a Redis state backend is opened at start; restart the gateway"
+                        ),
+                    })
+                }
+            },
+            // Files and SQLite open without waiting on anything.
+            _ => futures_util::FutureExt::now_or_never(open_backend(cfg, root, agent))
+                .expect("files and sqlite open without waiting"),
+        }
+        .map_err(|e| state_error(&e))?;
+        self.lock().insert(agent.to_string(), opened.clone());
+        Ok(opened)
+    }
+}
+
+/// A backend that cannot be opened, as the operator reads it.
+fn state_error(e: &failover::errors::StoreError) -> Error {
+    Error::State {
+        message: format!("error: state backend: {e}"),
+    }
+}
+
+/// See the module documentation.
+pub struct ActiveSet {
+    pub hash: String,
+    pub config: Arc<GatewayConfig>,
+    pub upstreams: Upstreams,
+    pub settings: ServeSettings,
+    pub engine: Arc<Engine>,
+    /// By agent id; [`DEFAULT_AGENT`] serves requests that name no agent.
+    pub runners: HashMap<String, Arc<Runner>>,
+    /// One map of pooled upstream clients per lane (`super::lane`): a
+    /// connection's task lives on the worker that opened it, so each
+    /// worker calls upstreams through its own pool and a request never
+    /// hops threads to reach its connection.
+    clients: Vec<HashMap<String, super::upstream::Client>>,
+    /// `GET /v1/models`: agent ids, then every `provider/model` the config
+    /// names, in order, without repeats.
+    pub models: Vec<String>,
+    /// The models the config names, by provider (metric labels).
+    known: HashMap<String, HashSet<String>>,
+    pub loaded_at_ms: u64,
+}
+
+impl ActiveSet {
+    /// Every secret any agent's state holds now (and the `${VAR}` keys):
+    /// what no client may read, whichever agent it asked (R16.11).
+    pub async fn redactor(&self) -> failover::Redactor {
+        let mut r = failover::Redactor::default();
+        for runner in self.runners.values() {
+            r.extend(runner.redactor().await);
+        }
+        r
+    }
+
+    /// The pooled client of `provider`'s upstream, for this thread's lane.
+    pub fn client(&self, provider: &str) -> Option<&super::upstream::Client> {
+        let lane = super::lane() % self.clients.len().max(1);
+        let clients = self.clients.get(lane)?;
+        if provider.bytes().any(|b| b.is_ascii_uppercase()) {
+            clients.get(&provider.to_ascii_lowercase())
+        } else {
+            clients.get(provider)
+        }
+    }
+
+    /// A model as a metric label: named by the config, or `other`.
+    pub fn model_label<'a>(&self, provider: &str, model: &'a str) -> &'a str {
+        if self.known.get(provider).is_some_and(|m| m.contains(model)) {
+            model
+        } else {
+            "other"
+        }
+    }
+}
+
+/// `provider/model` ids grouped by provider.
+fn by_provider(ids: &BTreeSet<String>) -> HashMap<String, HashSet<String>> {
+    let mut out: HashMap<String, HashSet<String>> = HashMap::new();
+    for id in ids {
+        if let Some((p, m)) = id.split_once('/') {
+            out.entry(p.to_string()).or_default().insert(m.to_string());
+        }
+    }
+    out
+}
+
+/// Builds a set from its sources; `Err` holds the diagnostics.
+pub(crate) fn build(
+    sources: &Sources,
+    stores: &Stores,
+    metrics: &Arc<Metrics>,
+    lanes: usize,
+) -> Result<ActiveSet, Error> {
+    let loaded = GatewayConfig::load(&sources.config).map_err(|e| Error::invalid(e.to_string()))?;
+    for w in &loaded.warnings {
+        tracing::warn!(target: "failover::serve", warning = %w.render(&loaded.name, &loaded.text), "config warning");
+    }
+    let env = |name: &str| std::env::var(name).ok();
+    let (ups, settings) = upstreams::parse(&loaded.text, &env).map_err(|problems| {
+        let mut out = String::new();
+        for p in problems {
+            out.push_str(&format!("error: {p}\n --> {}\n", loaded.name));
+        }
+        Error::invalid(out)
+    })?;
+    let build = failover::rules::build(&sources.rules, !sources.no_defaults)
+        .map_err(|e| Error::invalid(format!("error: {e}")))?;
+    let engine = Engine::from_build(build).map_err(|d| Error::invalid(d.render()))?;
+    let engine = Arc::new(engine);
+    let config = Arc::new(loaded.config);
+
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    loaded.text.hash(&mut hasher);
+    for (_, f) in engine.sources().files() {
+        f.name().hash(&mut hasher);
+        f.text().hash(&mut hasher);
+    }
+    let hash = format!("{:016x}", hasher.finish());
+
+    let env_profiles: Vec<(String, Profile)> = ups
+        .providers
+        .values()
+        .filter_map(|u| {
+            u.env_key.as_ref().map(|k| {
+                (
+                    format!("{}:default", u.id),
+                    Profile::api_key(&u.id, k.expose()),
+                )
+            })
+        })
+        .collect();
+    let mut agents: Vec<String> = vec![DEFAULT_AGENT.to_string()];
+    agents.extend(config.agents.list.iter().map(|a| a.id.clone()));
+    let mut runners = HashMap::new();
+    for agent in agents {
+        if runners.contains_key(&agent) {
+            continue;
+        }
+        let opened = stores.get(&sources.state, &agent, config.state.as_ref())?;
+        let store = Arc::new(GatewayStore::new(
+            opened.face,
+            opened.docs,
+            env_profiles.clone(),
+            metrics.clone(),
+        ));
+        let runner = Runner::with_store(engine.clone(), config.clone(), store)
+            .map_err(|e| Error::invalid(format!("error: {e}")))?
+            .with_skip_ttl_from_env()
+            .with_state_health(stores.health.clone());
+        runners.insert(agent, Arc::new(runner));
+    }
+    let clients = (0..lanes.max(1))
+        .map(|_| {
+            ups.providers
+                .values()
+                .map(|u| (u.id.clone(), client_for(u)))
+                .collect()
+        })
+        .collect();
+
+    let mut models: Vec<String> = config.agents.list.iter().map(|a| a.id.clone()).collect();
+    let mut known = BTreeSet::new();
+    let mut add = |r: String, models: &mut Vec<String>| {
+        if known.insert(r.clone()) {
+            models.push(r);
+        }
+    };
+    let d = &config.agents.model;
+    for r in d.primary.iter().chain(d.fallbacks.iter().flatten()) {
+        add(r.to_string(), &mut models);
+    }
+    for a in &config.agents.list {
+        if let Some(m) = &a.model {
+            for r in m.primary.iter().chain(m.fallbacks.iter().flatten()) {
+                add(r.to_string(), &mut models);
+            }
+        }
+    }
+    for u in ups.providers.values() {
+        for m in &u.models {
+            add(format!("{}/{m}", u.id), &mut models);
+        }
+    }
+    for r in &models {
+        if let Some((p, _)) = r.split_once('/') {
+            if ups.get(p).is_none() {
+                tracing::warn!(target: "failover::serve", model = %r, "no upstream is configured for this provider (models.providers.{p}); its candidates are skipped");
+            }
+        }
+    }
+    Ok(ActiveSet {
+        hash,
+        config,
+        upstreams: ups,
+        settings,
+        engine,
+        runners,
+        clients,
+        known: by_provider(&known),
+        models,
+        loaded_at_ms: failover::time::Clock::now_ms(&failover::time::SystemClock),
+    })
+}
+
+/// The files a set is read from, with their modification times and sizes
+/// (for `--watch`).
+pub(crate) fn fingerprint(sources: &Sources) -> Vec<(PathBuf, Option<std::time::SystemTime>, u64)> {
+    let mut paths = vec![sources.config.clone()];
+    for d in &sources.rules {
+        if let Ok(files) = failover::rules::files_with_suffix(d, ".rules") {
+            paths.extend(files);
+        }
+    }
+    paths
+        .into_iter()
+        .map(|p| {
+            let m = std::fs::metadata(&p).ok();
+            let t = m.as_ref().and_then(|m| m.modified().ok());
+            let len = m.map_or(0, |m| m.len());
+            (p, t, len)
+        })
+        .collect()
+}

@@ -1,0 +1,130 @@
+//! Server-sent events (`text/event-stream`): the upstream's byte stream,
+//! split into events. A leaf: `upstream` reads with it, `stream` relays.
+
+use serde_json::Value;
+
+use super::translate::Event;
+
+/// One event may not grow past this without its blank line: a stream that
+/// never ends an event is a broken upstream, not memory to spend.
+const MAX_EVENT_BYTES: usize = 16 << 20;
+
+/// Splits a byte stream into events (`text/event-stream`).
+#[derive(Debug, Default)]
+pub(crate) struct SseParser {
+    buf: Vec<u8>,
+}
+
+impl SseParser {
+    /// The events completed by `chunk`.
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Result<Vec<Event>, String> {
+        self.buf
+            .extend(chunk.iter().copied().filter(|b| *b != b'\r'));
+        let mut out = Vec::new();
+        while let Some(end) = memchr::memmem::find(&self.buf, b"\n\n") {
+            let block: Vec<u8> = self.buf.drain(..end + 2).collect();
+            let text = String::from_utf8_lossy(&block[..end]);
+            let mut event = None;
+            let mut data: Vec<&str> = Vec::new();
+            for line in text.split('\n') {
+                let (field, value) = match line.split_once(':') {
+                    Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+                    None => (line, ""),
+                };
+                match field {
+                    "event" => event = Some(value.to_string()),
+                    "data" => data.push(value),
+                    _ => {}
+                }
+            }
+            if !data.is_empty() {
+                out.push(Event {
+                    event,
+                    data: data.join("\n"),
+                });
+            }
+        }
+        if self.buf.len() > MAX_EVENT_BYTES {
+            return Err(format!(
+                "upstream sent an event larger than {} MiB",
+                MAX_EVENT_BYTES >> 20
+            ));
+        }
+        Ok(out)
+    }
+}
+
+/// The failure text of an event whose data is not what either protocol
+/// sends (issue 30): a broken stream, like a cut.
+pub(crate) const MALFORMED_EVENT: &str =
+    "upstream stream was aborted: it sent an event whose data is not JSON";
+
+/// Whether an event's data is not what its protocol sends: every data
+/// field of both protocols is one JSON value, but OpenAI's `[DONE]`.
+pub(crate) fn is_malformed(e: &Event) -> bool {
+    let d = e.data.trim();
+    d != "[DONE]" && serde_json::from_str::<serde::de::IgnoredAny>(d).is_err()
+}
+
+/// An error event of either protocol.
+pub(crate) fn is_error_event(e: &Event) -> bool {
+    if e.event.as_deref() == Some("error") {
+        return true;
+    }
+    e.data.starts_with('{')
+        && serde_json::from_str::<Value>(&e.data).is_ok_and(|v| {
+            v.get("error").is_some_and(|x| !x.is_null())
+                || v.get("type").and_then(Value::as_str) == Some("error")
+        })
+}
+
+/// The HTTP status an error event stands for, when it says.
+pub(crate) fn error_event_status(e: &Event) -> Option<u16> {
+    let v: Value = serde_json::from_str(&e.data).ok()?;
+    let err = v.get("error")?;
+    if let Some(n) = err.get("code").and_then(Value::as_u64) {
+        return u16::try_from(n).ok().filter(|s| (100..600).contains(s));
+    }
+    Some(match err.get("type").and_then(Value::as_str)? {
+        "overloaded_error" => 529,
+        "rate_limit_error" => 429,
+        "api_error" => 500,
+        "authentication_error" => 401,
+        "permission_error" => 403,
+        "invalid_request_error" => 400,
+        "not_found_error" => 404,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_that_is_not_json_is_malformed() {
+        assert!(is_malformed(&Event::data("{not json")));
+        assert!(is_malformed(&Event::data("")));
+        assert!(!is_malformed(&Event::data("[DONE]")));
+        assert!(!is_malformed(&Event::data(r#"{"choices":[]}"#)));
+    }
+
+    #[test]
+    fn parses_events_across_chunks() {
+        let mut p = SseParser::default();
+        assert!(p.push(b"event: message_start\r\nda").unwrap().is_empty());
+        let ev = p
+            .push(b"ta: {\"a\":1}\r\n\r\n: comment\n\ndata: [DONE]\n\n")
+            .unwrap();
+        assert_eq!(
+            ev,
+            [
+                Event {
+                    event: Some("message_start".into()),
+                    data: "{\"a\":1}".into()
+                },
+                Event::data("[DONE]")
+            ]
+        );
+    }
+}

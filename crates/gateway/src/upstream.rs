@@ -1,0 +1,567 @@
+//! One upstream call: the body for the candidate, the credential header,
+//! the timeouts, and a failure as the classifier needs it.
+//!
+//! A failure keeps what the provider sent — status, `Retry-After` (as the
+//! exact reset time of R6.7) and body — with the body read only up to
+//! [`ERROR_BODY_HEAD`] (the engine reads no more of a message), lossily
+//! decoded, whatever it is (HTML, binary, gigabytes): the rest is never
+//! read, and dropping the response closes the connection. The gateway
+//! never waits out a `Retry-After` itself: with a chain to walk, every
+//! retryable response surfaces at once (the strict end of R7.5).
+//!
+//! Time to first byte has its own deadline: the response head and, for a
+//! stream, its first event must come within `firstByteMs`, else the
+//! attempt fails with a `timeout`-shaped error (`ETIMEDOUT`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::http::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use axum::http::{Method, Request};
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use http_body_util::{BodyDataStream, Full};
+use hyper_util::client::legacy::connect::proxy::Tunnel;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::proxy::matcher::Matcher;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+
+use failover::state::{Credential, Profile};
+use failover::{AttemptError, ProviderFailure};
+
+use super::metrics::Metrics;
+use super::protocol::Protocol;
+use super::sse::SseParser;
+use super::translate::Event;
+use super::upstreams::{Api, Upstream};
+
+/// The head of an upstream error body that is read (the engine's 1 MiB).
+pub(crate) const ERROR_BODY_HEAD: usize = 1 << 20;
+/// A whole (non-streamed) successful answer larger than this is a failure
+/// rather than memory the gateway holds for one request.
+pub(crate) const MAX_ANSWER_BYTES: usize = 64 << 20;
+/// `anthropic-version` sent when the client gave none.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// The gateway-wide budget of upstream bytes held in memory at once
+/// (`serve.maxBufferedBytes`, issue 30): every whole answer and error head
+/// being read takes its size from it as it arrives and gives it back when
+/// the client has it. A per-request limit alone lets several large
+/// answers at once take the process's memory many times over.
+#[derive(Clone, Debug)]
+pub(crate) struct Buffers {
+    kib: Arc<tokio::sync::Semaphore>,
+    total: usize,
+}
+
+/// Bytes held against the [`Buffers`] budget; given back when dropped.
+pub(crate) type Held = Option<tokio::sync::OwnedSemaphorePermit>;
+
+impl Buffers {
+    /// A budget of `bytes` (counted in KiB).
+    pub(crate) fn new(bytes: usize) -> Self {
+        let kib = bytes
+            .div_ceil(1024)
+            .min(tokio::sync::Semaphore::MAX_PERMITS);
+        Buffers {
+            kib: Arc::new(tokio::sync::Semaphore::new(kib)),
+            total: bytes,
+        }
+    }
+
+    /// The budget, in bytes.
+    pub(crate) fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Grows `held` to cover `bytes`; `false` when the budget has no room.
+    fn cover(&self, held: &mut Held, bytes: usize) -> bool {
+        let want = bytes.div_ceil(1024);
+        let have = held.as_ref().map_or(0, |p| p.num_permits());
+        if want <= have {
+            return true;
+        }
+        let Ok(more) = u32::try_from(want - have) else {
+            return false;
+        };
+        match self.kib.clone().try_acquire_many_owned(more) {
+            Ok(p) => {
+                match held {
+                    Some(h) => h.merge(p),
+                    None => *held = Some(p),
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// Why [`read_head`] stopped before the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cut {
+    /// It read the whole body.
+    Whole,
+    /// The per-body limit.
+    Limit,
+    /// The gateway-wide budget.
+    Budget,
+}
+
+/// The body stream of an upstream response.
+pub(crate) type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, hyper::Error>> + Send>>;
+
+/// The pooled HTTP/1.1 client of one upstream, plain or TLS (rustls).
+///
+/// hyper-util's pooled client, not reqwest: reqwest wraps this same client
+/// in a redirect layer that parses the URL twice per request (from the URI
+/// text), a retry layer and its own futures, together about 30,000
+/// instructions per request, 18% of the gateway's (callgrind,
+/// benches/README.md "Gateway"). The gateway needs none of it: it never
+/// follows redirects or retries a call itself (every failure goes to the
+/// policy), and it sets its own timeouts.
+pub(crate) type Client =
+    hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<Connect>, Full<Bytes>>;
+
+/// How a connection to an upstream is made: directly, or through the
+/// proxy that `HTTPS_PROXY` / `HTTP_PROXY` / `ALL_PROXY` name for it (with
+/// `NO_PROXY` exceptions, as curl reads them; read once at start), as an
+/// HTTP `CONNECT` tunnel for `https://` and `http://` upstreams alike. TLS
+/// to the upstream runs inside the tunnel. Credentials in the proxy URL
+/// are sent as `Proxy-Authorization: Basic`.
+#[derive(Clone)]
+pub struct Connect {
+    direct: HttpConnector,
+    proxies: Arc<Matcher>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<axum::http::Uri> for Connect {
+    type Response = TokioIo<tokio::net::TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.direct.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, dst: axum::http::Uri) -> Self::Future {
+        let direct = self.direct.clone();
+        match self.proxies.intercept(&dst) {
+            None => {
+                let mut c = direct;
+                Box::pin(async move { c.call(dst).await.map_err(Into::into) })
+            }
+            Some(via) => {
+                let mut t = Tunnel::new(via.uri().clone(), direct);
+                if let Some(auth) = via.basic_auth() {
+                    t = t.with_auth(auth.clone());
+                }
+                Box::pin(async move { t.call(dst).await.map_err(Into::into) })
+            }
+        }
+    }
+}
+
+/// A successful attempt.
+pub(crate) enum Answer {
+    /// A whole answer, as the upstream sent it: the bytes of one JSON
+    /// object (checked, not parsed into a tree: a client of the same
+    /// protocol gets these bytes unchanged), and their place in the
+    /// budget, held until the client has them.
+    Whole(Bytes, Held),
+    /// A stream whose first event has arrived.
+    Stream(Started),
+}
+
+/// A stream that has produced its first event: the rest is read by
+/// [`super::stream`] after the runner has settled the run.
+pub(crate) struct Started {
+    pub body: BodyStream,
+    pub parser: SseParser,
+    pub first: Vec<Event>,
+    pub started: Instant,
+}
+
+pub(crate) fn protocol_of(api: Api) -> Protocol {
+    match api {
+        Api::OpenAiCompletions => Protocol::OpenAi,
+        Api::AnthropicMessages => Protocol::Anthropic,
+    }
+}
+
+/// The pooled client of one upstream (its connect timeout is per client).
+pub(crate) fn client_for(u: &Upstream) -> Client {
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(u.timeouts.connect));
+    http.set_nodelay(true);
+    // `https://` base URLs go through rustls; `enforce_http(false)` lets
+    // the TLS connector see them.
+    http.enforce_http(false);
+    let connect = Connect {
+        direct: http,
+        proxies: Arc::new(Matcher::from_env()),
+    };
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(connect);
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_timer(TokioTimer::new())
+        .build(connector)
+}
+
+fn timeout_failure(what: &str, after: Duration) -> AttemptError {
+    AttemptError::Provider(ProviderFailure::timeout(what, after))
+}
+
+/// A failed send: the error's text is never used (it could carry the
+/// URL), only its kind.
+fn send_failure(e: &hyper_util::client::legacy::Error) -> AttemptError {
+    let kind = if e.is_connect() {
+        "connection refused or failed"
+    } else {
+        "network error"
+    };
+    AttemptError::Provider(ProviderFailure::transport(kind))
+}
+
+/// A body that broke off after the head.
+fn body_failure(_: &hyper::Error) -> AttemptError {
+    AttemptError::Provider(ProviderFailure::transport(
+        "connection reset while reading the response",
+    ))
+}
+
+/// The credential header of a profile for an upstream protocol.
+fn auth_headers(api: Api, profile: &Profile, id: &str) -> Result<HeaderMap, AttemptError> {
+    let (secret, bearer) = match &profile.credential {
+        Credential::ApiKey { key: Some(k), .. } => (k, api == Api::OpenAiCompletions),
+        Credential::OAuth {
+            access: Some(a), ..
+        } => (a, true),
+        Credential::Token { token: Some(t), .. } => (t, true),
+        _ => {
+            return Err(AttemptError::Skip(format!(
+            "profile `{id}` has no key or token the gateway can send (references are not resolved)"
+        )))
+        }
+    };
+    let text = if bearer {
+        format!("Bearer {}", secret.expose().trim())
+    } else {
+        secret.expose().trim().to_string()
+    };
+    let mut value = HeaderValue::from_str(&text).map_err(|_| {
+        AttemptError::Skip(format!(
+            "the credential of profile `{id}` cannot be sent in an HTTP header"
+        ))
+    })?;
+    value.set_sensitive(true);
+    let mut h = HeaderMap::new();
+    if bearer {
+        h.insert(AUTHORIZATION, value);
+    } else {
+        h.insert(HeaderName::from_static("x-api-key"), value);
+    }
+    Ok(h)
+}
+
+/// Reads at most `limit` bytes of a body, each chunk taken from the
+/// budget before it is kept (`held` grows with it).
+async fn read_head(
+    body: &mut BodyStream,
+    limit: usize,
+    buffers: &Buffers,
+    held: &mut Held,
+) -> Result<(Vec<u8>, Cut), hyper::Error> {
+    let mut out = Vec::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk?;
+        let take = chunk.len().min(limit - out.len());
+        if !buffers.cover(held, out.len() + take) {
+            return Ok((out, Cut::Budget));
+        }
+        out.extend_from_slice(&chunk[..take]);
+        if take < chunk.len() || out.len() == limit {
+            return Ok((out, Cut::Limit));
+        }
+    }
+    Ok((out, Cut::Whole))
+}
+
+/// What a call needs besides the upstream.
+pub(crate) struct CallInput<'a> {
+    pub client: &'a Client,
+    pub upstream: &'a Upstream,
+    /// The JSON request body, in the upstream's protocol.
+    pub body: Vec<u8>,
+    pub profile: Option<(&'a str, &'a Profile)>,
+    /// `anthropic-version` / `anthropic-beta` of an Anthropic client, for
+    /// an Anthropic upstream.
+    pub anthropic_headers: Vec<(HeaderName, HeaderValue)>,
+    pub stream: bool,
+    pub metrics: &'a Metrics,
+    pub now_ms: u64,
+    /// The gateway-wide budget of buffered upstream bytes.
+    pub buffers: &'a Buffers,
+}
+
+/// Makes the call. See the module documentation.
+pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
+    let u = input.upstream;
+    let started = Instant::now();
+    let total_deadline = tokio::time::Instant::now() + u.timeouts.total;
+    let first_deadline = tokio::time::Instant::now() + u.timeouts.first_byte.min(u.timeouts.total);
+    let mut headers = match input.profile {
+        Some((id, p)) => auth_headers(u.api, p, id)?,
+        None => HeaderMap::new(),
+    };
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if u.api == Api::AnthropicMessages {
+        headers.insert(
+            HeaderName::from_static("anthropic-version"),
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
+        for (k, v) in input.anthropic_headers {
+            headers.insert(k, v);
+        }
+    }
+    let mut req = Request::new(Full::new(Bytes::from(input.body)));
+    *req.method_mut() = Method::POST;
+    *req.uri_mut() = u.endpoint_uri().clone();
+    *req.headers_mut() = headers;
+    let send = input.client.request(req);
+    let resp = match tokio::time::timeout_at(first_deadline, send).await {
+        Err(_) => return Err(timeout_failure("no first byte", u.timeouts.first_byte)),
+        Ok(Err(e)) => return Err(send_failure(&e)),
+        Ok(Ok(r)) => r,
+    };
+    let status = resp.status().as_u16();
+    let retry_after: Vec<(String, String)> = ["retry-after", "retry-after-ms"]
+        .iter()
+        .filter_map(|n| {
+            resp.headers()
+                .get(*n)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| (n.to_string(), v.to_string()))
+        })
+        .collect();
+    let is_event_stream = resp
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let mut body: BodyStream = Box::pin(BodyDataStream::new(resp.into_body()));
+    if !(200..300).contains(&status) {
+        input
+            .metrics
+            .first_byte(&u.id, started.elapsed().as_secs_f64());
+        // Over the budget, the head read so far is classified (an error
+        // body's first KiB says what it is).
+        let mut held = None;
+        let head = tokio::time::timeout_at(
+            total_deadline,
+            read_head(&mut body, ERROR_BODY_HEAD, input.buffers, &mut held),
+        )
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|(b, _)| b)
+        .unwrap_or_default();
+        drop(body);
+        input
+            .metrics
+            .upstream_latency(&u.id, started.elapsed().as_secs_f64());
+        return Err(AttemptError::Provider(ProviderFailure::from_http(
+            status,
+            retry_after,
+            &head,
+            input.now_ms,
+        )));
+    }
+    if input.stream {
+        if !is_event_stream {
+            return Err(AttemptError::Provider(
+                ProviderFailure::message(
+                    "upstream answered a streaming request without an event stream",
+                )
+                .with_status(status),
+            ));
+        }
+        let mut parser = SseParser::default();
+        loop {
+            let next = tokio::time::timeout_at(first_deadline, body.next()).await;
+            let chunk = match next {
+                Err(_) => return Err(timeout_failure("no first event", u.timeouts.first_byte)),
+                Ok(None) => {
+                    return Err(AttemptError::Provider(
+                        ProviderFailure::message("upstream stream ended before its first event")
+                            .with_status(status),
+                    ))
+                }
+                Ok(Some(Err(e))) => return Err(body_failure(&e)),
+                Ok(Some(Ok(c))) => c,
+            };
+            let events = match parser.push(&chunk) {
+                Ok(ev) => ev,
+                Err(msg) => return Err(AttemptError::Provider(ProviderFailure::message(msg))),
+            };
+            if events.is_empty() {
+                continue;
+            }
+            input
+                .metrics
+                .first_byte(&u.id, started.elapsed().as_secs_f64());
+            if events.iter().any(super::sse::is_malformed) {
+                return Err(AttemptError::Provider(
+                    ProviderFailure::message(super::sse::MALFORMED_EVENT).with_status(status),
+                ));
+            }
+            // An error as the first event is a failure like any other:
+            // nothing has reached the client yet, so the chain goes on.
+            if let Some(err) = events.iter().find(|e| super::sse::is_error_event(e)) {
+                let mut failure = ProviderFailure::default().with_body(err.data.clone());
+                failure.status = super::sse::error_event_status(err);
+                return Err(AttemptError::Provider(failure));
+            }
+            return Ok(Answer::Stream(Started {
+                body,
+                parser,
+                first: events,
+                started,
+            }));
+        }
+    }
+    input
+        .metrics
+        .first_byte(&u.id, started.elapsed().as_secs_f64());
+    let mut held = None;
+    let whole = tokio::time::timeout_at(
+        total_deadline,
+        read_head(&mut body, MAX_ANSWER_BYTES, input.buffers, &mut held),
+    )
+    .await;
+    input
+        .metrics
+        .upstream_latency(&u.id, started.elapsed().as_secs_f64());
+    let bytes = match whole {
+        Err(_) => {
+            return Err(timeout_failure(
+                "the answer did not finish",
+                u.timeouts.total,
+            ))
+        }
+        Ok(Err(e)) => return Err(body_failure(&e)),
+        Ok(Ok((_, Cut::Limit))) => {
+            return Err(AttemptError::Provider(ProviderFailure::message(format!(
+                "upstream answer is larger than {} MiB",
+                MAX_ANSWER_BYTES >> 20
+            ))))
+        }
+        // The gateway's own limit, not the provider's fault: nothing is
+        // held against the profile, and the run moves on.
+        Ok(Ok((b, Cut::Budget))) => {
+            return Err(AttemptError::Skip(format!(
+                "the gateway is holding its limit of {} MiB of upstream answers (serve.maxBufferedBytes); this answer was not read past {} KiB",
+                input.buffers.total() >> 20,
+                b.len() >> 10
+            )))
+        }
+        Ok(Ok((b, Cut::Whole))) => b,
+    };
+    match shape(&bytes) {
+        Shape::Answer => Ok(Answer::Whole(Bytes::from(bytes), held)),
+        // An error object under a 2xx (providers and proxies do send
+        // them): a failure like any other, classified from its body.
+        Shape::Error => Err(AttemptError::Provider(ProviderFailure::from_http(
+            status,
+            std::iter::empty::<(&str, &str)>(),
+            &bytes,
+            input.now_ms,
+        ))),
+        Shape::NotAnObject => Err(AttemptError::Provider(
+            ProviderFailure::message(NOT_AN_OBJECT).with_status(status),
+        )),
+    }
+}
+
+/// The failure of a 2xx whose body is not one JSON object.
+pub(crate) const NOT_AN_OBJECT: &str = "upstream answered with a body that is not a JSON object";
+
+/// What a 2xx body is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    /// One JSON object, not an error.
+    Answer,
+    /// One JSON object that is an error: a top-level `error` (OpenAI's
+    /// shape, and most proxies') or `"type": "error"` (Anthropic's).
+    Error,
+    NotAnObject,
+}
+
+/// The shape of `bytes`, read in one pass without building a tree: only
+/// the top-level `error` and `type` are looked at, every other value is
+/// checked and skipped.
+fn shape(bytes: &[u8]) -> Shape {
+    #[derive(serde::Deserialize)]
+    struct Top<'a> {
+        #[serde(default, borrow)]
+        error: Option<&'a serde_json::value::RawValue>,
+        #[serde(default, rename = "type", borrow)]
+        kind: Option<std::borrow::Cow<'a, str>>,
+    }
+    let starts_with_brace = bytes
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'{');
+    if !starts_with_brace {
+        return Shape::NotAnObject;
+    }
+    match serde_json::from_slice::<Top<'_>>(bytes) {
+        Ok(top) if top.error.is_some_and(|e| e.get() != "null") => Shape::Error,
+        Ok(top) if top.kind.as_deref() == Some("error") => Shape::Error,
+        Ok(_) => Shape::Answer,
+        Err(_) => Shape::NotAnObject,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn whole_answers_must_be_one_json_object() {
+        use super::{shape, Shape};
+        for ok in [
+            &b"{}"[..],
+            b" {\"a\":[1,2]}\n",
+            b"{\"error\":null,\"type\":\"message\"}",
+        ] {
+            assert_eq!(shape(ok), Shape::Answer);
+        }
+        for err in [
+            &b"{\"error\":{\"message\":\"quota\"}}"[..],
+            b"{\"id\":1,\"error\":\"x\"}",
+            b"{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}",
+        ] {
+            assert_eq!(shape(err), Shape::Error);
+        }
+        for bad in [
+            &b""[..],
+            b"[]",
+            b"\"x\"",
+            b"{",
+            b"{} {}",
+            b"<html>",
+            b"{\"a\":1}x",
+            b"\xff",
+        ] {
+            assert_eq!(shape(bad), Shape::NotAnObject, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,592 @@
+//! Upstreams and gateway settings from the config file (DESIGN "Gateway
+//! mode"): `models.providers.<id>` and the `serve` block.
+//!
+//! ```yaml
+//! models:
+//!   providers:
+//!     openai:
+//!       baseUrl: https://api.openai.com/v1      # `/chat/completions` is appended
+//!       api: openai-completions
+//!       apiKey: "${OPENAI_API_KEY}"             # an environment reference only
+//!       timeouts: { connectMs: 5000, firstByteMs: 60000, totalMs: 600000 }
+//!       models: [gpt-5.2]                       # listed by GET /v1/models
+//!     anthropic:
+//!       baseUrl: https://api.anthropic.com      # `/v1/messages` is appended
+//!       api: anthropic-messages
+//! serve:
+//!   maxBodyBytes: 16777216
+//!   maxConcurrentRequests: 1024
+//!   shutdownGraceMs: 10000
+//! ```
+//!
+//! Secrets never live in the config (SPEC R5): a literal `apiKey` is
+//! refused with an error that names the key path and not the value; an
+//! environment reference is resolved once, at start (and at each reload),
+//! and becomes the provider's `default` profile in memory — never written
+//! to `auth-profiles.json`. A `baseUrl` with a user or password in it is
+//! refused for the same reason. No message here quotes a value from the
+//! file except a provider id, an `api` name or an environment variable's
+//! name.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde_yaml::Value;
+
+use failover::state::Secret;
+
+/// How an upstream is spoken to (`api`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Api {
+    /// OpenAI Chat Completions, and every server that copies it (OpenRouter,
+    /// Groq, Together, DeepSeek, Mistral, vLLM, Ollama, llama.cpp, LM
+    /// Studio): `POST {baseUrl}/chat/completions`.
+    OpenAiCompletions,
+    /// Anthropic Messages: `POST {baseUrl}/v1/messages`.
+    AnthropicMessages,
+}
+
+impl Api {
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::OpenAiCompletions => "openai-completions",
+            Api::AnthropicMessages => "anthropic-messages",
+        }
+    }
+
+    fn from_name(s: &str) -> Option<Api> {
+        match s {
+            "openai-completions" => Some(Api::OpenAiCompletions),
+            "anthropic-messages" => Some(Api::AnthropicMessages),
+            _ => None,
+        }
+    }
+}
+
+/// Per-provider timeouts. A first byte that does not come in time is a
+/// failure classified as `timeout` (issue 12, "Streaming").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// TCP (and TLS) connect.
+    pub connect: Duration,
+    /// From sending the request to the response head and, when streaming,
+    /// to the first event of the body.
+    pub first_byte: Duration,
+    /// The whole call, body included; also the longest pause between two
+    /// chunks of a stream.
+    pub total: Duration,
+}
+
+impl Timeouts {
+    /// Connect 10 s: a live provider answers a SYN in milliseconds. First
+    /// byte 120 s: a long prompt on a slow model takes that long before the
+    /// first token. Total 10 min: the longest answer a gateway should hold
+    /// a connection for.
+    pub const DEFAULT: Timeouts = Timeouts {
+        connect: Duration::from_secs(10),
+        first_byte: Duration::from_secs(120),
+        total: Duration::from_secs(600),
+    };
+}
+
+/// One `models.providers.<id>`.
+#[derive(Clone)]
+pub struct Upstream {
+    /// The provider id, lower-cased (the `provider` of `provider/model`).
+    pub id: String,
+    /// `baseUrl` without a trailing `/`.
+    pub base_url: String,
+    pub api: Api,
+    pub timeouts: Timeouts,
+    /// `apiKey: "${VAR}"` resolved; becomes the `<id>:default` profile.
+    pub env_key: Option<Secret>,
+    /// `models`: ids listed by `GET /v1/models`.
+    pub models: Vec<String>,
+    /// [`Upstream::endpoint`] parsed once, when the config is read: parsing
+    /// a URL per request was about 10% of the gateway's own instructions
+    /// (callgrind, benches/README.md "Gateway").
+    endpoint_uri: axum::http::Uri,
+}
+
+impl fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Upstream")
+            .field("id", &self.id)
+            .field("base_url", &self.base_url)
+            .field("api", &self.api)
+            .field("timeouts", &self.timeouts)
+            .field("env_key", &self.env_key.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    /// The endpoint URL (DESIGN: OpenAI's base URL ends in `/v1`,
+    /// Anthropic's does not).
+    pub fn endpoint(&self) -> String {
+        endpoint_of(&self.base_url, self.api)
+    }
+
+    /// [`Upstream::endpoint`], parsed (and normalised as a URL).
+    pub fn endpoint_uri(&self) -> &axum::http::Uri {
+        &self.endpoint_uri
+    }
+}
+
+fn endpoint_of(base_url: &str, api: Api) -> String {
+    match api {
+        Api::OpenAiCompletions => format!("{base_url}/chat/completions"),
+        Api::AnthropicMessages => format!("{base_url}/v1/messages"),
+    }
+}
+
+/// The `serve` block: limits of the gateway itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServeSettings {
+    /// A request body larger than this is refused with 413 before it is
+    /// read whole.
+    pub max_body_bytes: usize,
+    /// Requests served at once; one more gets 503 with `Retry-After`.
+    pub max_concurrent: usize,
+    /// How long in-flight requests may finish after SIGTERM / Ctrl-C.
+    pub shutdown_grace: Duration,
+    /// Upstream bodies held in memory at once, all requests together
+    /// (whole answers being read or translated, error heads): a new
+    /// answer that would go past it is refused with a clear error rather
+    /// than read (issue 30). Takes effect at the next start.
+    pub max_buffered_bytes: usize,
+}
+
+impl ServeSettings {
+    /// 16 MiB holds a long conversation with a few images as base64;
+    /// 1,024 requests at once is far past what one 2-core gateway answers
+    /// while each holds at most one body in memory; 10 s lets a short
+    /// answer finish; 256 MiB of upstream bodies is four answers at the
+    /// per-answer limit (64 MiB) or thousands of ordinary ones.
+    pub const DEFAULT: ServeSettings = ServeSettings {
+        max_body_bytes: 16 << 20,
+        max_concurrent: 1024,
+        shutdown_grace: Duration::from_secs(10),
+        max_buffered_bytes: 256 << 20,
+    };
+}
+
+/// Every upstream of a config, by provider id.
+#[derive(Clone, Debug, Default)]
+pub struct Upstreams {
+    pub providers: BTreeMap<String, Upstream>,
+}
+
+impl Upstreams {
+    pub fn get(&self, provider: &str) -> Option<&Upstream> {
+        self.providers.get(&provider.to_ascii_lowercase())
+    }
+}
+
+/// A problem with `models.providers` or `serve`: the key path and what is
+/// wrong, never the value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct UpstreamProblem {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for UpstreamProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+fn key_of(v: &Value) -> Option<&str> {
+    v.as_str()
+}
+
+fn get<'a>(map: &'a serde_yaml::Mapping, key: &str) -> Option<&'a Value> {
+    map.iter()
+        .find(|(k, _)| key_of(k) == Some(key))
+        .map(|(_, v)| v)
+}
+
+/// `${NAME}`: the whole value is one environment reference.
+fn env_reference(s: &str) -> Option<&str> {
+    let name = s.trim().strip_prefix("${")?.strip_suffix('}')?;
+    let ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    ok.then_some(name)
+}
+
+fn millis(v: &Value, path: &str, problems: &mut Vec<UpstreamProblem>) -> Option<Duration> {
+    match v.as_u64() {
+        Some(ms) if ms > 0 => Some(Duration::from_millis(ms)),
+        _ => {
+            problems.push(UpstreamProblem {
+                path: path.into(),
+                message: "expected a positive whole number of milliseconds".into(),
+            });
+            None
+        }
+    }
+}
+
+/// Reads `models.providers` and `serve` from config text (already checked
+/// by [`GatewayConfig::parse`](failover::GatewayConfig::parse)).
+/// `env` looks up environment variables.
+pub(crate) fn parse(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Upstreams, ServeSettings), Vec<UpstreamProblem>> {
+    let mut problems = Vec::new();
+    let mut out = Upstreams::default();
+    let mut settings = ServeSettings::DEFAULT;
+    let mut root: Value = match serde_yaml::from_str(text) {
+        Ok(v) => v,
+        Err(_) => {
+            return Err(vec![UpstreamProblem {
+                path: String::new(),
+                message: "the config is not valid YAML".into(),
+            }])
+        }
+    };
+    let _ = root.apply_merge();
+    let Some(root) = root.as_mapping() else {
+        return Ok((out, settings));
+    };
+    let providers = get(root, "models")
+        .and_then(Value::as_mapping)
+        .and_then(|m| get(m, "providers"));
+    match providers {
+        None | Some(Value::Null) => {}
+        Some(Value::Mapping(map)) => {
+            for (k, v) in map {
+                let Some(id) = key_of(k) else { continue };
+                let path = format!("models.providers.{id}");
+                if let Some(u) = provider(id, v, &path, env, &mut problems) {
+                    out.providers.insert(u.id.clone(), u);
+                }
+            }
+        }
+        Some(_) => problems.push(UpstreamProblem {
+            path: "models.providers".into(),
+            message: "expected a mapping of provider ids to upstreams".into(),
+        }),
+    }
+    if let Some(serve) = get(root, "serve") {
+        match serve {
+            Value::Mapping(m) => {
+                for (k, v) in m {
+                    let Some(name) = key_of(k) else { continue };
+                    let path = format!("serve.{name}");
+                    match name {
+                        "maxBodyBytes" => match v.as_u64() {
+                            Some(n) if n > 0 => {
+                                settings.max_body_bytes = usize::try_from(n).unwrap_or(usize::MAX)
+                            }
+                            _ => problems.push(UpstreamProblem {
+                                path,
+                                message: "expected a positive whole number of bytes".into(),
+                            }),
+                        },
+                        "maxConcurrentRequests" => match v.as_u64() {
+                            Some(n) if n > 0 => {
+                                settings.max_concurrent =
+                                    usize::try_from(n).unwrap_or(usize::MAX).min(1 << 20)
+                            }
+                            _ => problems.push(UpstreamProblem {
+                                path,
+                                message: "expected a positive whole number".into(),
+                            }),
+                        },
+                        "shutdownGraceMs" => {
+                            if let Some(d) = millis(v, &path, &mut problems) {
+                                settings.shutdown_grace = d;
+                            }
+                        }
+                        "maxBufferedBytes" => match v.as_u64() {
+                            Some(n) if n > 0 => {
+                                settings.max_buffered_bytes =
+                                    usize::try_from(n).unwrap_or(usize::MAX)
+                            }
+                            _ => problems.push(UpstreamProblem {
+                                path,
+                                message: "expected a positive whole number of bytes".into(),
+                            }),
+                        },
+                        _ => problems.push(UpstreamProblem {
+                            path,
+                            message: "unknown key: expected `maxBodyBytes`, `maxConcurrentRequests`, `maxBufferedBytes` or `shutdownGraceMs`".into(),
+                        }),
+                    }
+                }
+            }
+            Value::Null => {}
+            _ => problems.push(UpstreamProblem {
+                path: "serve".into(),
+                message: "expected a mapping".into(),
+            }),
+        }
+    }
+    if problems.is_empty() {
+        Ok((out, settings))
+    } else {
+        Err(problems)
+    }
+}
+
+fn provider(
+    id: &str,
+    v: &Value,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<UpstreamProblem>,
+) -> Option<Upstream> {
+    let Some(map) = v.as_mapping() else {
+        problems.push(UpstreamProblem {
+            path: path.into(),
+            message: "expected a mapping with `baseUrl` and `api`".into(),
+        });
+        return None;
+    };
+    let mut bad = |key: &str, message: String| {
+        problems.push(UpstreamProblem {
+            path: format!("{path}.{key}"),
+            message,
+        })
+    };
+    let base_url = match get(map, "baseUrl").map(|v| v.as_str()) {
+        Some(Some(s)) => {
+            let s = s.trim().trim_end_matches('/');
+            let rest = s
+                .strip_prefix("http://")
+                .or_else(|| s.strip_prefix("https://"));
+            match rest {
+                Some(rest) if !rest.is_empty() => {
+                    let authority = rest.split('/').next().unwrap_or("");
+                    if authority.contains('@') {
+                        bad(
+                            "baseUrl",
+                            "a user or password in the URL is refused: secrets never live in the config (SPEC R5); put the key in auth-profiles.json".into(),
+                        );
+                        None
+                    } else {
+                        Some(s.to_string())
+                    }
+                }
+                _ => {
+                    bad("baseUrl", "expected an `http://` or `https://` URL".into());
+                    None
+                }
+            }
+        }
+        Some(None) => {
+            bad("baseUrl", "expected a URL string".into());
+            None
+        }
+        None => {
+            bad(
+                "baseUrl",
+                "missing: the upstream's base URL is required".into(),
+            );
+            None
+        }
+    };
+    let api = match get(map, "api").map(|v| v.as_str()) {
+        Some(Some(s)) => match Api::from_name(s.trim()) {
+            Some(a) => Some(a),
+            None => {
+                bad(
+                    "api",
+                    "unknown api: expected `openai-completions` or `anthropic-messages`".into(),
+                );
+                None
+            }
+        },
+        _ => {
+            bad(
+                "api",
+                "missing: expected `openai-completions` or `anthropic-messages`".into(),
+            );
+            None
+        }
+    };
+    let mut env_key = None;
+    if let Some(v) = get(map, "apiKey") {
+        match v.as_str().map(str::trim) {
+            Some(s) => match env_reference(s) {
+                Some(name) => match env(name) {
+                    Some(val) if !val.trim().is_empty() => {
+                        env_key = Some(Secret::new(val.trim()))
+                    }
+                    _ => bad(
+                        "apiKey",
+                        format!("environment variable `{name}` is not set or empty"),
+                    ),
+                },
+                None => bad(
+                    "apiKey",
+                    "a literal API key is refused: secrets never live in the config (SPEC R5); store it in auth-profiles.json or write `apiKey: \"${ENV_VAR}\"`".into(),
+                ),
+            },
+            None => bad(
+                "apiKey",
+                "expected an environment reference such as `\"${OPENAI_API_KEY}\"`".into(),
+            ),
+        }
+    }
+    let mut timeouts = Timeouts::DEFAULT;
+    if let Some(t) = get(map, "timeouts") {
+        match t.as_mapping() {
+            Some(tm) => {
+                for (k, v) in tm {
+                    let Some(name) = key_of(k) else { continue };
+                    let p = format!("{path}.timeouts.{name}");
+                    let slot = match name {
+                        "connectMs" => &mut timeouts.connect,
+                        "firstByteMs" => &mut timeouts.first_byte,
+                        "totalMs" => &mut timeouts.total,
+                        _ => {
+                            problems.push(UpstreamProblem {
+                                path: p,
+                                message:
+                                    "unknown key: expected `connectMs`, `firstByteMs` or `totalMs`"
+                                        .into(),
+                            });
+                            continue;
+                        }
+                    };
+                    if let Some(d) = millis(v, &p, problems) {
+                        *slot = d;
+                    }
+                }
+            }
+            None => problems.push(UpstreamProblem {
+                path: format!("{path}.timeouts"),
+                message: "expected a mapping of `connectMs`, `firstByteMs`, `totalMs`".into(),
+            }),
+        }
+    }
+    let mut models = Vec::new();
+    if let Some(Value::Sequence(list)) = get(map, "models") {
+        for m in list {
+            let id = match m {
+                Value::String(s) => Some(s.as_str()),
+                Value::Mapping(mm) => get(mm, "id").and_then(Value::as_str),
+                _ => None,
+            };
+            if let Some(id) = id {
+                models.push(id.trim().to_string());
+            }
+        }
+    }
+    let (base_url, api) = (base_url?, api?);
+    // Read as a URL first (normalised: host case, percent-encoding), then
+    // as the request URI the client sends.
+    let parsed = url::Url::parse(&endpoint_of(&base_url, api))
+        .map_err(|e| e.to_string())
+        .and_then(|u| axum::http::Uri::try_from(u.as_str()).map_err(|e| e.to_string()));
+    let endpoint_uri = match parsed {
+        Ok(u) => u,
+        Err(e) => {
+            problems.push(UpstreamProblem {
+                path: format!("{path}.baseUrl"),
+                message: format!("not a valid URL: {e}"),
+            });
+            return None;
+        }
+    };
+    Some(Upstream {
+        id: id.trim().to_ascii_lowercase(),
+        base_url,
+        api,
+        timeouts,
+        env_key,
+        models,
+        endpoint_uri,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        (name == "TEST_KEY").then(|| "sk-from-env-0123456789".to_string())
+    }
+
+    // SPEC R5, R16.11: a literal key is refused without being echoed.
+    #[test]
+    fn r5_literal_api_key_is_refused_unechoed() {
+        let text = "models:\n  providers:\n    openai:\n      baseUrl: http://127.0.0.1:1/v1\n      api: openai-completions\n      apiKey: sk-LITERAL-SECRET-123\n";
+        let e = parse(text, &env).unwrap_err();
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].path, "models.providers.openai.apiKey");
+        assert!(e[0].message.contains("refused"));
+        assert!(!e[0].to_string().contains("LITERAL"));
+    }
+
+    #[test]
+    fn r5_env_reference_becomes_the_key() {
+        let text = "models:\n  providers:\n    OpenAI:\n      baseUrl: http://127.0.0.1:1/v1/\n      api: openai-completions\n      apiKey: \"${TEST_KEY}\"\n      timeouts: { firstByteMs: 250 }\n";
+        let (u, _) = parse(text, &env).unwrap();
+        let o = u.get("openai").unwrap();
+        assert_eq!(
+            o.env_key.as_ref().unwrap().expose(),
+            "sk-from-env-0123456789"
+        );
+        assert_eq!(o.endpoint(), "http://127.0.0.1:1/v1/chat/completions");
+        assert_eq!(o.timeouts.first_byte, Duration::from_millis(250));
+        assert!(!format!("{o:?}").contains("sk-from-env"));
+        let missing = text.replace("TEST_KEY", "NOPE_KEY");
+        let e = parse(&missing, &env).unwrap_err();
+        assert!(e[0].message.contains("`NOPE_KEY` is not set"));
+    }
+
+    #[test]
+    fn urls_with_credentials_and_bad_apis_are_refused() {
+        let text = "models:\n  providers:\n    a:\n      baseUrl: https://user:pw-SECRET@example.com\n      api: openai-completions\n    b:\n      baseUrl: ftp://x\n      api: grpc\n";
+        let e = parse(text, &env).unwrap_err();
+        let all: Vec<String> = e.iter().map(|p| p.to_string()).collect();
+        assert_eq!(e.len(), 3, "{all:?}");
+        assert!(!all.concat().contains("SECRET"));
+        let anth = "models:\n  providers:\n    anthropic: { baseUrl: 'http://h:1', api: anthropic-messages }\n";
+        let (u, _) = parse(anth, &env).unwrap();
+        assert_eq!(
+            u.get("anthropic").unwrap().endpoint(),
+            "http://h:1/v1/messages"
+        );
+        assert_eq!(
+            u.get("anthropic").unwrap().endpoint_uri().to_string(),
+            "http://h:1/v1/messages"
+        );
+    }
+
+    // The endpoint is parsed when the config is read, so a URL that does
+    // not parse is a config problem, not a failure of every request.
+    #[test]
+    fn an_unparsable_base_url_is_a_config_problem() {
+        let text = "models:
+  providers:
+    a: { baseUrl: 'http://exa mple.com:99999/v1', api: openai-completions }
+";
+        let e = parse(text, &env).unwrap_err();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].path, "models.providers.a.baseUrl");
+        assert!(
+            e[0].message.starts_with("not a valid URL"),
+            "{}",
+            e[0].message
+        );
+    }
+
+    #[test]
+    fn serve_settings() {
+        let (_, s) = parse(
+            "serve: { maxBodyBytes: 1000, maxConcurrentRequests: 3, shutdownGraceMs: 50 }",
+            &env,
+        )
+        .unwrap();
+        assert_eq!(s.max_body_bytes, 1000);
+        assert_eq!(s.max_concurrent, 3);
+        assert_eq!(s.shutdown_grace, Duration::from_millis(50));
+        assert!(parse("serve: { maxBody: 1 }", &env).is_err());
+    }
+}

@@ -1,0 +1,932 @@
+//! The one redaction of secrets in everything failover prints (SPEC
+//! R16.11), for text that did not come through a `Secret`
+//! (`crate::store::Secret`): config keys and source lines, rules source
+//! lines, profile ids and model names in `status` and `chain`, provider
+//! errors that echo a key.
+//!
+//! Four tools, from coarse to fine:
+//!
+//! - [`may_hold_secret`]: a source line that sets a secret-named key
+//!   (`apiKey: …`) or holds a credential-shaped value is not quoted at
+//!   all (config and rules diagnostics say "line not shown");
+//! - [`redact`]: every credential-shaped token in a text (a known prefix
+//!   such as `sk-`, `Bearer …`, a `user:password@` URL, a long random
+//!   token) is masked as a stored secret is (`sk-…wxyz`), the rest kept;
+//! - [`scrub_quoted`] and [`scrub_serde_error`]: a YAML or JSON parser's
+//!   message about a file, without the value it quotes (`invalid value:
+//!   string "…"`), for config and state files;
+//! - [`Redactor`]: the secrets actually stored are removed from a
+//!   provider's error text, in any letter case and in part (any run of
+//!   [`MIN_SECRET_PIECE`] characters of one), since providers echo keys
+//!   upper-cased or cut, and in every encoding a reader could decode
+//!   (escapes, percent-encoding, HTML references, base64).
+//!
+//! Example: `redact("profile sk-proj-abcdefghijklmnopqrstuvwxyz123456 failed")`
+//! is `profile sk-…3456 failed`; `Redactor::new(["sk-proj-abcdefghijklmnopqrstuvwxyz123456"])
+//! .scrub("KEY SK-PROJ-ABCDEFGHIJKL…")` is `KEY <redacted>…`.
+
+use std::borrow::Cow;
+
+/// Below this length a masked secret shows nothing: seven shown characters
+/// of a twelve-character secret would give most of it away.
+const MIN_LEN_TO_SHOW_ENDS: usize = 16;
+
+/// How a secret is shown: `sk-…abcd` for a long one (its first three and
+/// last four characters), `…` for a short one. The ends shown are the
+/// secret's, with control characters as `?`: a pasted key that ends in a
+/// newline or a terminal escape must not move the cursor of whoever reads
+/// `status`. `crate::store::Secret::masked` is this.
+pub fn mask(secret: &str) -> String {
+    let chars: Vec<char> = secret.chars().collect();
+    if chars.len() < MIN_LEN_TO_SHOW_ENDS {
+        return "…".into();
+    }
+    let shown = |cs: &[char]| -> String {
+        cs.iter()
+            .map(|&c| if c.is_control() { '?' } else { c })
+            .collect()
+    };
+    let (head, tail) = (shown(&chars[..3]), shown(&chars[chars.len() - 4..]));
+    format!("{head}…{tail}")
+}
+
+/// Whether a source line may hold a secret, so it must not be quoted back
+/// in a message (SPEC R16.11): it sets a key whose name says it holds one
+/// (`apiKey: …`, `"accessToken": …`, `client-secret: …`), or it holds a
+/// value shaped like a credential whatever its key (`note: sk-…`, a value
+/// on its own line, a one-line JSON object). A false positive only hides
+/// a source line; the path, line and column are still given.
+pub fn may_hold_secret(line: &str) -> bool {
+    // A key with a `:` in it is a profile id (`openai:api-key-backup`),
+    // whose value is a profile, not a secret; field names have none.
+    line_keys(line)
+        .filter(|k| !k.contains(':'))
+        .any(secret_key_name)
+        || looks_like_secret(line)
+}
+
+/// The mapping keys a source line sets: the text before each `:` that ends
+/// a key (a quoted key, as in JSON, or a plain one followed by a space or
+/// the line end), back to where the key starts. `ollama/monkey:7b` sets
+/// none; `openai:default:` sets `openai:default`.
+pub(crate) fn line_keys(line: &str) -> impl Iterator<Item = &str> {
+    line.match_indices(':').filter_map(move |(i, _)| {
+        let before = line[..i].trim_end_matches([' ', '\t']);
+        if let Some(q) = before.chars().last().filter(|c| matches!(c, '"' | '\'')) {
+            let inner = &before[..before.len() - 1];
+            let start = inner.rfind(q).map_or(0, |s| s + 1);
+            return Some(&inner[start..]);
+        }
+        let after = &line[i + 1..];
+        if !(after.is_empty() || after.starts_with([' ', '\t', '\r'])) {
+            return None;
+        }
+        let start = before
+            .rfind([' ', '\t', '{', '[', ','])
+            .map_or(0, |s| s + 1);
+        Some(&before[start..]).filter(|k| !k.is_empty())
+    })
+}
+
+/// Whether a key's name says its value is a secret, in any spelling:
+/// `apiKey`, `api_key`, `API-KEY`, `apikey`, `accessToken`,
+/// `client_secret`, `privateKey`, `Authorization`, `x-auth-header`,
+/// `bearer`. The name is split into lower-cased words (at camelCase
+/// humps and at `_`, `-`, `.`, spaces); it is a secret when a word is one
+/// of [`SECRET_KEY_WORDS`], or when the words run together contain one of
+/// [`SECRET_KEY_PARTS`]. The keys this file reads (`auth`, `order`,
+/// `profiles`, `primary`, `fallbacks`, `authPermanentBackoffMinutes`, …)
+/// match neither.
+pub fn secret_key_name(key: &str) -> bool {
+    let words = key_words(key);
+    let joined = words.concat();
+    SECRET_KEY_PARTS.iter().any(|p| joined.contains(p))
+        || words.iter().any(|w| SECRET_KEY_WORDS.contains(&w.as_str()))
+}
+
+/// Parts of a key name that mark a secret wherever they occur: `key`
+/// catches `apiKey`, `privateKey`, `x-api-key`, `keyfile` (and `monkey`,
+/// a false positive that only hides a line).
+pub const SECRET_KEY_PARTS: &[&str] = &[
+    "key",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "passphrase",
+    "bearer",
+    "authorization",
+    "authheader",
+    "credential",
+    "private",
+    "cookie",
+];
+
+/// Words that mark a secret only as a whole word (`refresh`, `access`:
+/// OAuth token fields; as parts they would catch harmless names). `auth`
+/// is not one: it is a section this file reads.
+pub const SECRET_KEY_WORDS: &[&str] = &["access", "refresh", "pass", "pwd", "pat", "jwt"];
+
+/// A key name as lower-cased words: `accessToken` → `access`, `token`;
+/// `APIKey` → `api`, `key`; `client-secret` → `client`, `secret`.
+pub(crate) fn key_words(key: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let chars: Vec<char> = key.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        if !c.is_alphanumeric() {
+            if !word.is_empty() {
+                words.push(std::mem::take(&mut word));
+            }
+            continue;
+        }
+        let prev = i.checked_sub(1).map(|j| chars[j]);
+        let next = chars.get(i + 1).copied();
+        let hump = c.is_uppercase()
+            && prev.is_some_and(|p| {
+                p.is_lowercase()
+                    || p.is_ascii_digit()
+                    || (p.is_uppercase() && next.is_some_and(char::is_lowercase))
+            });
+        if hump && !word.is_empty() {
+            words.push(std::mem::take(&mut word));
+        }
+        word.extend(c.to_lowercase());
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
+/// Well-known prefixes of issued credentials, with the shortest token
+/// that counts (so a plain word that happens to start the same way does
+/// not): OpenAI/Anthropic/Stripe keys, GitHub, GitLab, Slack, Hugging
+/// Face, npm and PyPI tokens, AWS access key ids, Google API keys, JWTs.
+pub const SECRET_PREFIXES: &[(&str, usize)] = &[
+    ("sk-", 8),
+    ("sk_", 8),
+    ("rk_", 12),
+    ("ghp_", 12),
+    ("gho_", 12),
+    ("ghu_", 12),
+    ("ghs_", 12),
+    ("ghr_", 12),
+    ("github_pat_", 16),
+    ("glpat-", 12),
+    ("xoxa-", 10),
+    ("xoxb-", 10),
+    ("xoxe", 10),
+    ("xoxp-", 10),
+    ("xoxs-", 10),
+    ("hf_", 20),
+    ("npm_", 20),
+    ("pypi-", 20),
+    ("AKIA", 16),
+    ("ASIA", 16),
+    ("AIza", 20),
+    ("eyJ", 20),
+];
+
+/// Whether text holds a value shaped like a credential: a token with a
+/// well-known prefix ([`SECRET_PREFIXES`]), an HTTP auth scheme with its
+/// credential (`Bearer …`, `Basic …`), a URL with a password
+/// (`https://user:pw@host`), or a long token that looks random
+/// ([`random_token`]). Tokens are the runs of `[A-Za-z0-9_.-]`.
+pub fn looks_like_secret(text: &str) -> bool {
+    let is_token = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    let mut rest = text;
+    while let Some(start) = rest.find(is_token) {
+        let tail = &rest[start..];
+        let len = tail.find(|c| !is_token(c)).unwrap_or(tail.len());
+        let (token, after) = tail.split_at(len);
+        let prefixed = SECRET_PREFIXES.iter().any(|&(p, min)| {
+            token.len() >= min
+                && token.get(..p.len()).is_some_and(|t| {
+                    t == p || (p == p.to_ascii_lowercase() && t.eq_ignore_ascii_case(p))
+                })
+        });
+        // `Bearer <anything>`, `Basic <base64>`: the scheme word, a space,
+        // then the credential.
+        let credential = after.trim_start_matches([' ', '\t']);
+        let spaced = credential.len() < after.len();
+        let scheme = spaced
+            && if token.eq_ignore_ascii_case("bearer") {
+                credential.starts_with(|c: char| !c.is_whitespace() && c != '#')
+            } else if token.eq_ignore_ascii_case("basic") {
+                credential
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=')))
+                    .unwrap_or(credential.len())
+                    >= 8
+            } else {
+                false
+            };
+        if prefixed || scheme || random_token(token) {
+            return true;
+        }
+        rest = after;
+    }
+    // `scheme://user:password@host`
+    text.match_indices("://").any(|(i, _)| {
+        let authority = &text[i + 3..];
+        let authority = &authority[..authority
+            .find(|c: char| c == '/' || c.is_whitespace() || matches!(c, '"' | '\''))
+            .unwrap_or(authority.len())];
+        authority
+            .rfind('@')
+            .is_some_and(|at| authority[..at].contains(':'))
+    })
+}
+
+/// Whether a token looks random rather than like a name: 24 characters or
+/// more, with letters and digits (or with upper and lower case letters
+/// each a quarter of it), and either a piece between `-`, `_`, `.` of 16
+/// characters or more that mixes kinds (lower case, upper case, digits),
+/// or 8 switches of kind or more inside pieces. Model ids are short
+/// pieces of one kind (`claude-3-5-sonnet-20241022`,
+/// `Llama-3.2-11B-Vision-Instruct-Turbo`), and camelCase key names have no
+/// digits and few capitals; a random 32-character key passes nearly
+/// always (see the tests).
+pub fn random_token(token: &str) -> bool {
+    if token.len() < 24 {
+        return false;
+    }
+    let count = |f: fn(&u8) -> bool| token.bytes().filter(f).count();
+    let (lower, upper, digits) = (
+        count(u8::is_ascii_lowercase),
+        count(u8::is_ascii_uppercase),
+        count(u8::is_ascii_digit),
+    );
+    let mixed_case = lower * 4 >= token.len() && upper * 4 >= token.len();
+    if lower + upper == 0 || (digits == 0 && !mixed_case) {
+        return false;
+    }
+    let kind = |b: u8| match b {
+        b'a'..=b'z' => 0,
+        b'A'..=b'Z' => 1,
+        _ => 2,
+    };
+    let mut switches = 0;
+    for piece in token.split(['-', '_', '.']) {
+        let b = piece.as_bytes();
+        let piece_switches = b.windows(2).filter(|w| kind(w[0]) != kind(w[1])).count();
+        if b.len() >= 16 && piece_switches > 0 {
+            return true;
+        }
+        switches += piece_switches;
+    }
+    switches >= 8
+}
+
+/// `text` with every credential-shaped part masked: tokens with a known
+/// prefix or that look random become their mask (`sk-…wxyz`, `…` when
+/// short), the credential after `Bearer` / `Basic` becomes `…`, and the
+/// password of a `user:password@host` URL becomes `…`. Text with nothing
+/// of the kind is returned as it is; a masked text is left as it is.
+pub fn redact(text: &str) -> Cow<'_, str> {
+    if !looks_like_secret(text) {
+        return Cow::Borrowed(text);
+    }
+    let is_token = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(is_token) {
+        out.push_str(&rest[..start]);
+        let tail = &rest[start..];
+        let len = tail.find(|c| !is_token(c)).unwrap_or(tail.len());
+        let (token, mut after) = tail.split_at(len);
+        if looks_like_secret(token) {
+            out.push_str(&mask(token));
+        } else {
+            out.push_str(token);
+        }
+        // `Bearer <credential>`: the whole word after the scheme goes.
+        let spaced = after.trim_start_matches([' ', '\t']);
+        if (token.eq_ignore_ascii_case("bearer") || token.eq_ignore_ascii_case("basic"))
+            && spaced.len() < after.len()
+            && !spaced.is_empty()
+            && !spaced.starts_with(char::is_whitespace)
+        {
+            let word = spaced.find(char::is_whitespace).unwrap_or(spaced.len());
+            out.push_str(&after[..after.len() - spaced.len()]);
+            out.push('…');
+            after = &spaced[word..];
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    // `scheme://user:password@host`: the password goes.
+    let mut done = String::with_capacity(out.len());
+    let mut rest = out.as_str();
+    while let Some(i) = rest.find("://") {
+        let (head, authority) = rest.split_at(i + 3);
+        done.push_str(head);
+        let end = authority
+            .find(|c: char| c == '/' || c.is_whitespace() || matches!(c, '"' | '\''))
+            .unwrap_or(authority.len());
+        let (auth, after) = authority.split_at(end);
+        match auth
+            .rfind('@')
+            .and_then(|at| auth[..at].find(':').map(|c| (c, at)))
+        {
+            Some((colon, at)) => {
+                done.push_str(&auth[..=colon]);
+                done.push('…');
+                done.push_str(&auth[at..]);
+            }
+            None => done.push_str(auth),
+        }
+        rest = after;
+    }
+    done.push_str(rest);
+    Cow::Owned(done)
+}
+
+/// [`redact`] on every string of a JSON value, object keys included.
+pub fn redact_json(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => {
+            if let Cow::Owned(r) = redact(s) {
+                *s = r;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact_json),
+        Value::Object(map) => {
+            let old = std::mem::take(map);
+            for (k, mut v) in old {
+                redact_json(&mut v);
+                map.insert(redact(&k).into_owned(), v);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Pieces of a stored secret this long or longer are removed wherever they
+/// occur: a provider that echoes only the first 30 characters of a key, or
+/// its last 12, must not get them printed. Shorter pieces would match
+/// ordinary words.
+pub const MIN_SECRET_PIECE: usize = 12;
+
+/// The stored secrets, ready to be removed from anything a client, a log
+/// or a metric sees (SPEC R16.11): every text a provider sends back is
+/// passed through [`Redactor::scrub`] before it goes anywhere.
+///
+/// A secret is found whole, in any ASCII letter case, and in part (any run
+/// of 12 characters of it: providers echo keys
+/// upper-cased or cut), and not only as written: in every decoding a
+/// reader of the text could apply — JSON and C-style escapes (`\u0073k-…`,
+/// `\x73`, a `\\u0073` escaped twice), percent-encoding (`%73k-…`), HTML
+/// character references (`&#115;k-…`), any mix of them (a key split
+/// across escapes) — and as base64 (`Basic c2stLi4u`, at any of the three
+/// alignments inside a longer base64 text). What is removed is the stretch
+/// of the text *as written* that decodes to the secret, so a JSON body
+/// stays JSON. Its `Debug` shows how many secrets it holds, never one.
+///
+/// ```
+/// use failover_syntax::redact::Redactor;
+///
+/// let r = Redactor::new(["sk-live-0123456789abcdef"]);
+/// let body = r#"{"error":{"message":"bad key \u0073k-live-0123456789abcdef"}}"#;
+/// assert_eq!(r.scrub(body), r#"{"error":{"message":"bad key <redacted>"}}"#);
+/// ```
+#[derive(Clone, Default)]
+pub struct Redactor {
+    /// Every run of [`MIN_SECRET_PIECE`] bytes of every long form
+    /// (lower-cased), packed in a `u128`.
+    windows: rustc_hash::FxHashSet<u128>,
+    /// Forms shorter than a piece: found only whole (lower-cased).
+    short: Vec<Vec<u8>>,
+    secrets: usize,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Redactor({} secrets)", self.secrets)
+    }
+}
+
+/// A decoding of a text: its bytes, and per byte the stretch of the raw
+/// text it came from.
+type View = (Vec<u8>, Vec<(u32, u32)>);
+
+/// How many decodings deep a text is read: a JSON string inside a JSON
+/// string inside a percent-encoded URL is three.
+const DECODE_DEPTH: usize = 4;
+
+fn pack(w: &[u8]) -> u128 {
+    let mut b = [0u8; 16];
+    b[..w.len()].copy_from_slice(w);
+    u128::from_le_bytes(b)
+}
+
+impl Redactor {
+    /// A redactor of `secrets` (each trimmed; empty ones are ignored).
+    pub fn new<S: AsRef<str>>(secrets: impl IntoIterator<Item = S>) -> Self {
+        let mut r = Redactor::default();
+        for s in secrets {
+            let s = s.as_ref().trim();
+            if s.is_empty() {
+                continue;
+            }
+            r.secrets += 1;
+            r.add(s.as_bytes());
+            // Base64 at each alignment: the characters that depend on the
+            // secret's bytes alone.
+            for align in 0..3 {
+                for url in [false, true] {
+                    let mut bytes = vec![0u8; align];
+                    bytes.extend_from_slice(s.as_bytes());
+                    let enc = base64(&bytes, url);
+                    let from = (8 * align).div_ceil(6);
+                    let to = (8 * bytes.len()) / 6;
+                    if to > from && to - from >= MIN_SECRET_PIECE {
+                        r.add(&enc.as_bytes()[from..to]);
+                    }
+                }
+            }
+        }
+        r
+    }
+
+    fn add(&mut self, form: &[u8]) {
+        let lower = form.to_ascii_lowercase();
+        if lower.len() >= MIN_SECRET_PIECE {
+            self.windows
+                .extend(lower.windows(MIN_SECRET_PIECE).map(pack));
+        } else if !self.short.contains(&lower) {
+            self.short.push(lower);
+        }
+    }
+
+    /// Adds every secret of `other` (a gateway's redactor is the union of
+    /// its agents').
+    pub fn extend(&mut self, other: Redactor) {
+        self.windows.extend(other.windows);
+        for s in other.short {
+            if !self.short.contains(&s) {
+                self.short.push(s);
+            }
+        }
+        self.secrets += other.secrets;
+    }
+
+    /// Whether there is nothing to remove.
+    pub fn is_empty(&self) -> bool {
+        self.secrets == 0
+    }
+
+    /// `text` with every stretch that reads as a secret (see the type's
+    /// documentation) replaced by `<redacted>`; borrowed when there is
+    /// none.
+    pub fn scrub<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        if self.is_empty() || text.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        let raw = text.as_bytes();
+        let mut hidden = vec![false; raw.len()];
+        let mut any = self.mark(raw, None, &mut hidden);
+        // Each decoding of the text, as a view: its bytes and, per byte,
+        // the stretch of the raw text it came from.
+        let mut view: Option<View> = None;
+        for _ in 0..DECODE_DEPTH {
+            let next = match &view {
+                None => decode_once(raw, None),
+                Some((bytes, spans)) => decode_once(bytes, Some(spans)),
+            };
+            let Some(next) = next else { break };
+            any |= self.mark(&next.0, Some(&next.1), &mut hidden);
+            view = Some(next);
+        }
+        if !any {
+            return Cow::Borrowed(text);
+        }
+        // Whole characters only: a stretch that cuts a multi-byte
+        // character takes all of it.
+        for i in 1..raw.len() {
+            if hidden[i - 1] && !text.is_char_boundary(i) {
+                hidden[i] = true;
+            }
+        }
+        for i in (0..raw.len().saturating_sub(1)).rev() {
+            if hidden[i + 1] && !text.is_char_boundary(i + 1) {
+                hidden[i] = true;
+            }
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut i = 0;
+        while i < raw.len() {
+            if hidden[i] {
+                out.push_str("<redacted>");
+                while i < raw.len() && hidden[i] {
+                    i += 1;
+                }
+            } else {
+                let j = (i..raw.len()).find(|&j| hidden[j]).unwrap_or(raw.len());
+                out.push_str(&text[i..j]);
+                i = j;
+            }
+        }
+        Cow::Owned(out)
+    }
+
+    /// [`Redactor::scrub`] on every string of a JSON value, object keys
+    /// included.
+    pub fn scrub_json(&self, v: &mut serde_json::Value) {
+        use serde_json::Value;
+        if self.is_empty() {
+            return;
+        }
+        match v {
+            Value::String(s) => {
+                if let Cow::Owned(r) = self.scrub(s) {
+                    *s = r;
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| self.scrub_json(v)),
+            Value::Object(map) => {
+                let old = std::mem::take(map);
+                for (k, mut v) in old {
+                    self.scrub_json(&mut v);
+                    map.insert(self.scrub(&k).into_owned(), v);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Marks in `hidden` (over the raw text) every stretch of `view` that
+    /// holds a form of a secret; `spans` maps the view's bytes to the raw
+    /// text (`None`: the view is the raw text).
+    fn mark(&self, view: &[u8], spans: Option<&[(u32, u32)]>, hidden: &mut [bool]) -> bool {
+        let lower = view.to_ascii_lowercase();
+        let mut hide = |from: usize, len: usize| {
+            let (a, b) = match spans {
+                None => (from, from + len),
+                Some(sp) => (sp[from].0 as usize, sp[from + len - 1].1 as usize),
+            };
+            hidden[a..b].iter_mut().for_each(|h| *h = true);
+        };
+        let mut any = false;
+        if !self.windows.is_empty() && lower.len() >= MIN_SECRET_PIECE {
+            for (i, w) in lower.windows(MIN_SECRET_PIECE).enumerate() {
+                if self.windows.contains(&pack(w)) {
+                    hide(i, MIN_SECRET_PIECE);
+                    any = true;
+                }
+            }
+        }
+        for s in &self.short {
+            for i in memchr::memmem::find_iter(&lower, s) {
+                hide(i, s.len());
+                any = true;
+            }
+        }
+        any
+    }
+}
+
+/// Base64 of `bytes` (standard or URL-safe alphabet, no padding): only to
+/// recognise a secret written that way, so a dozen lines here rather than
+/// a dependency of the library.
+fn base64(bytes: &[u8], url: bool) -> String {
+    const STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for k in 0..=chunk.len() {
+            let c = STD[(n >> (18 - 6 * k) & 63) as usize];
+            out.push(match (url, c) {
+                (true, b'+') => '-',
+                (true, b'/') => '_',
+                _ => c as char,
+            });
+        }
+    }
+    out
+}
+
+fn hex(b: u8) -> Option<u32> {
+    (b as char).to_digit(16)
+}
+
+/// One layer of decoding of `view`: JSON / C escapes, `%XX`, `&#…;`. The
+/// decoded bytes, each with the raw stretch it came from (through
+/// `spans` when `view` is itself decoded); `None` when nothing decodes.
+fn decode_once(view: &[u8], spans: Option<&[(u32, u32)]>) -> Option<View> {
+    if !view.iter().any(|b| matches!(b, b'\\' | b'%' | b'&')) {
+        return None;
+    }
+    let span = |from: usize, to: usize| match spans {
+        None => (from as u32, to as u32),
+        Some(sp) => (sp[from].0, sp[to - 1].1),
+    };
+    let mut out = Vec::with_capacity(view.len());
+    let mut map = Vec::with_capacity(view.len());
+    let mut changed = false;
+    let mut i = 0;
+    while i < view.len() {
+        let rest = &view[i..];
+        // (decoded char or byte, length of the escape)
+        let decoded: Option<(Result<char, u8>, usize)> = match rest {
+            [b'\\', b'u', a, b, c, d, ..] => {
+                match (hex(*a), hex(*b), hex(*c), hex(*d)) {
+                    (Some(a), Some(b), Some(c), Some(d)) => {
+                        let hi = a << 12 | b << 8 | c << 4 | d;
+                        // A surrogate pair: `\ud83d\ude00`.
+                        let pair = match &rest[6..] {
+                            [b'\\', b'u', a, b, c, d, ..] if (0xD800..0xDC00).contains(&hi) => {
+                                match (hex(*a), hex(*b), hex(*c), hex(*d)) {
+                                    (Some(a), Some(b), Some(c), Some(d)) => {
+                                        let lo = a << 12 | b << 8 | c << 4 | d;
+                                        (0xDC00..0xE000).contains(&lo).then(|| {
+                                            0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+                                        })
+                                    }
+                                    _ => None,
+                                }
+                            }
+                            _ => None,
+                        };
+                        match pair {
+                            Some(cp) => Some((Ok(char::from_u32(cp).unwrap_or('\u{FFFD}')), 12)),
+                            None => Some((Ok(char::from_u32(hi).unwrap_or('\u{FFFD}')), 6)),
+                        }
+                    }
+                    _ => None,
+                }
+            }
+            [b'\\', b'x', a, b, ..] => match (hex(*a), hex(*b)) {
+                (Some(a), Some(b)) => Some((Err((a << 4 | b) as u8), 4)),
+                _ => None,
+            },
+            [b'\\', e, ..] => {
+                let c = match e {
+                    b'n' => Some('\n'),
+                    b't' => Some('\t'),
+                    b'r' => Some('\r'),
+                    b'b' => Some('\u{8}'),
+                    b'f' => Some('\u{c}'),
+                    b'/' | b'\\' | b'"' | b'\'' => Some(*e as char),
+                    _ => None,
+                };
+                c.map(|c| (Ok(c), 2))
+            }
+            [b'%', a, b, ..] => match (hex(*a), hex(*b)) {
+                (Some(a), Some(b)) => Some((Err((a << 4 | b) as u8), 3)),
+                _ => None,
+            },
+            [b'&', b'#', ..] => {
+                let (digits, radix, skip) = match rest.get(2) {
+                    Some(b'x' | b'X') => (&rest[3..], 16, 3),
+                    _ => (&rest[2..], 10, 2),
+                };
+                let n = digits
+                    .iter()
+                    .take(8)
+                    .take_while(|b| (**b as char).is_digit(radix))
+                    .count();
+                match digits.get(n) {
+                    Some(b';') if n > 0 => std::str::from_utf8(&digits[..n])
+                        .ok()
+                        .and_then(|t| u32::from_str_radix(t, radix).ok())
+                        .map(|cp| (Ok(char::from_u32(cp).unwrap_or('\u{FFFD}')), skip + n + 1)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        match decoded {
+            Some((c, len)) => {
+                changed = true;
+                let mut buf = [0u8; 4];
+                let bytes = match c {
+                    Ok(c) => c.encode_utf8(&mut buf).as_bytes(),
+                    Err(b) => {
+                        buf[0] = b;
+                        &buf[..1]
+                    }
+                };
+                for b in bytes {
+                    out.push(*b);
+                    map.push(span(i, i + len));
+                }
+                i += len;
+            }
+            None => {
+                out.push(view[i]);
+                map.push(span(i, i + 1));
+                i += 1;
+            }
+        }
+    }
+    changed.then_some((out, map))
+}
+
+/// A parser message with what it quotes from the file taken out: the YAML
+/// parser quotes a scalar it cannot read as its tag says (`invalid value:
+/// string "…", expected an integer`), and a duplicate key by name. A
+/// quoted value is always cut; a quoted key only when it looks like a
+/// secret.
+pub fn scrub_quoted(msg: &str) -> String {
+    let mut out = String::new();
+    let mut rest = msg;
+    while let Some(open) = rest.find('"') {
+        let body = &rest[open + 1..];
+        let mut escaped = false;
+        let close = body.char_indices().find_map(|(j, c)| {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => return Some(j),
+                _ => {}
+            }
+            None
+        });
+        let Some(close) = close else { break };
+        out.push_str(&rest[..open]);
+        let quoted = &body[..close];
+        if out.ends_with("string ") || looks_like_secret(quoted) {
+            out.push_str("\"…\"");
+        } else {
+            out.push('"');
+            out.push_str(quoted);
+            out.push('"');
+        }
+        rest = &body[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The text of a serde error without the value it quotes: serde's
+/// "invalid type: string \"…\", expected …" would repeat whatever was in
+/// the file.
+pub fn scrub_serde_error(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    if let Some(rest) = s.strip_prefix("invalid type: ") {
+        let kind = rest.split([' ', ',']).next().unwrap_or("value");
+        let expected = rest.split(", expected ").nth(1).unwrap_or("another type");
+        return format!("a {kind} where {expected} was expected");
+    }
+    if let Some(rest) = s.strip_prefix("invalid value: ") {
+        let expected = rest.split(", expected ").nth(1).unwrap_or("another value");
+        return format!("a value where {expected} was expected");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A key name as its words, as the config's secret check reads it
+    // (moved from failover's config tests).
+    #[test]
+    fn key_names_split_into_words() {
+        assert_eq!(key_words("APIKey"), ["api", "key"]);
+        assert_eq!(
+            key_words("oauth2AccessToken"),
+            ["oauth2", "access", "token"]
+        );
+        assert_eq!(key_words("x-api_key.v2"), ["x", "api", "key", "v2"]);
+    }
+
+    #[test]
+    fn redact_masks_only_credential_shaped_parts() {
+        let key = "sk-proj-abcdefghijklmnopqrstuvwxyz123456";
+        assert_eq!(
+            redact(&format!("profile {key} failed")),
+            "profile sk-…3456 failed"
+        );
+        assert_eq!(redact(&format!("openai:{key}")), "openai:sk-…3456");
+        assert_eq!(
+            redact("Authorization: Bearer abc.def"),
+            "Authorization: Bearer …"
+        );
+        assert_eq!(
+            redact("https://bob:hunter22@example.com/x"),
+            "https://bob:…@example.com/x"
+        );
+        for plain in [
+            "openai/gpt-5.2",
+            "anthropic:default",
+            "rate_limit.402_usage_window",
+            "sk-…3456",
+        ] {
+            assert_eq!(redact(plain), plain);
+        }
+        // Idempotent.
+        let once = redact(&format!("{key} and Bearer {key} x")).into_owned();
+        assert_eq!(once, "sk-…3456 and Bearer … x");
+        assert_eq!(redact(&once), once);
+        assert!(!once.contains("abcdefghij"), "{once}");
+    }
+
+    /// Issue 16 item 7: an echoed key, upper-cased or cut to its first 30
+    /// characters (or its last 12), is removed.
+    #[test]
+    fn scrub_known_removes_case_changed_and_partial_echoes() {
+        let scrub_known =
+            |text: &str, secrets: &[String]| Redactor::new(secrets).scrub(text).into_owned();
+        let key = "sk-live-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789".to_string();
+        let secrets = [key.clone()];
+        for echo in [
+            key.clone(),
+            key.to_ascii_uppercase(),
+            key[..30].to_string(),
+            key[key.len() - 12..].to_string(),
+            key[5..25].to_ascii_lowercase(),
+        ] {
+            let out = scrub_known(&format!("invalid key «{echo}» given"), &secrets);
+            assert_eq!(out, "invalid key «<redacted>» given", "{echo}");
+        }
+        // Short runs of it are ordinary text.
+        assert_eq!(
+            scrub_known("sk-live-Ab is fine", &secrets),
+            "sk-live-Ab is fine"
+        );
+        // A short secret goes only whole, in any case.
+        assert_eq!(
+            scrub_known("pw HUNTER2 pw", &["hunter2".into()]),
+            "pw <redacted> pw"
+        );
+    }
+
+    #[test]
+    fn scrubbed_errors_do_not_quote_values() {
+        let e = serde_json::from_value::<u64>(serde_json::json!("sk-secret")).unwrap_err();
+        let s = scrub_serde_error(&e);
+        assert!(!s.contains("sk-secret"), "{s}");
+        assert!(s.contains("u64"), "{s}");
+    }
+
+    /// Issue 30: a key written with escapes, percent-encoded, as HTML
+    /// references, in base64, or split across escapes is found in the text
+    /// as written, and only that stretch is removed.
+    #[test]
+    fn a_secret_is_found_in_every_encoding_a_reader_could_decode() {
+        let key = "sk-proj-AbCdEf0123456789XyZ";
+        let r = Redactor::new([key]);
+        let json_escaped: String = key
+            .chars()
+            .map(|c| format!("\\u{:04x}", c as u32))
+            .collect();
+        let split = format!("{}\\u{:04x}{}", &key[..10], key.as_bytes()[10], &key[11..]);
+        let percent: String = key.bytes().map(|b| format!("%{b:02X}")).collect();
+        let html: String = key.chars().map(|c| format!("&#{};", c as u32)).collect();
+        let twice = json_escaped.replace('\\', "\\\\");
+        let b64 = base64(format!("user:{key}").as_bytes(), false);
+        let b64_url = base64(format!("xy{key}").as_bytes(), true);
+        for form in [
+            key.to_string(),
+            json_escaped,
+            split,
+            percent,
+            html,
+            twice,
+            b64,
+            b64_url,
+            key.to_ascii_uppercase(),
+        ] {
+            let text = format!(r#"{{"error":{{"message":"bad key «{form}» given"}}}}"#);
+            let out = r.scrub(&text);
+            assert!(out.contains("<redacted>"), "{form}: {out}");
+            // No decoding of the output shows the key or a piece of it.
+            assert!(!r.scrub(&out).contains(key), "{form}");
+            let decoded = decode_once(out.as_bytes(), None).map_or(out.to_string(), |(b, _)| {
+                String::from_utf8_lossy(&b).into_owned()
+            });
+            assert!(
+                !decoded.contains(&key[..MIN_SECRET_PIECE]),
+                "{form}: {decoded}"
+            );
+            // The JSON around it is intact.
+            let v: serde_json::Value = serde_json::from_str(&out).expect("still JSON");
+            assert!(v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("bad key «"));
+        }
+        // Nothing to find: the text is borrowed as it is.
+        assert!(matches!(
+            r.scrub("plain %41 \\u0041 text"),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(format!("{r:?}"), "Redactor(1 secrets)");
+    }
+
+    #[test]
+    fn base64_matches_the_standard_alphabet() {
+        assert_eq!(base64(b"", false), "");
+        assert_eq!(base64(b"f", false), "Zg");
+        assert_eq!(base64(b"fo", false), "Zm8");
+        assert_eq!(base64(b"foo", false), "Zm9v");
+        assert_eq!(base64(b"foobar", false), "Zm9vYmFy");
+        assert_eq!(base64(&[0xfb, 0xff], true), "-_8");
+    }
+}
