@@ -27,8 +27,12 @@
 //!    is one, `x-failover-notice` (R13). A stream is relayed after its
 //!    first event (`stream`). A failure is an error in the client's
 //!    shape: a stopping reason passes the upstream's status and message; an
-//!    exhausted chain is the summary with every attempt, 429 with
-//!    `Retry-After` when every candidate is cooling, else 503.
+//!    exhausted chain is the summary with every attempt (each with its
+//!    reason and error: for an unreachable upstream, the host and the
+//!    cause), 429 with `Retry-After` when rate limits cool every
+//!    candidate, 503 (with `Retry-After` when every candidate is cooling
+//!    for other reasons) otherwise. Every error response carries
+//!    `x-failover-attempts` too, and the request's log line the same count.
 //!
 //! No upstream header reaches the client (responses are built from
 //! scratch), and no client credential reaches an upstream: the gateway
@@ -425,8 +429,16 @@ async fn metrics_text(State(gw): Gw) -> Response {
 }
 
 fn error_response(protocol: Protocol, e: &ClientError) -> Response {
+    error_response_after(protocol, e, 0)
+}
+
+/// An error response after `attempts` attempt records (skipped candidates
+/// included, as on a success), told in `x-failover-attempts`.
+fn error_response_after(protocol: Protocol, e: &ClientError, attempts: usize) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut resp = (status, axum::Json(e.body(protocol))).into_response();
+    resp.headers_mut()
+        .insert(X_ATTEMPTS, HeaderValue::from(attempts));
     if let Some(s) = e.retry_after {
         resp.headers_mut()
             .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(s));
@@ -622,6 +634,7 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
             resp
         }
         Err(e) => {
+            let attempts = e.attempts().len();
             let mut ge = run_error(&set, &runner, e);
             ge.scrub(&set.redactor().await);
             gw.metrics.request(
@@ -632,8 +645,8 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
                     "failed"
                 },
             );
-            log_request(protocol, ge.status, None, 0, t0);
-            error_response(protocol, &ge)
+            log_request(protocol, ge.status, None, attempts, t0);
+            error_response_after(protocol, &ge, attempts)
         }
     }
 }
@@ -919,13 +932,32 @@ fn run_error(set: &ActiveSet, runner: &Runner, e: RunError) -> ClientError {
                 && s.attempts
                     .iter()
                     .all(|a| a.reason.as_deref().is_some_and(cools));
+            // A 429 tells the client (and its SDK) that *it* is rate
+            // limited: only when rate limits are what cooled every
+            // candidate (reasons that spend the `rate_limited` rotation
+            // budget). Anything else cooling them (timeouts, overloads,
+            // unreachable hosts) is the service being unavailable: 503.
+            let rate_limited = |r: &str| {
+                set.engine
+                    .behaviour(r)
+                    .and_then(|b| b.rotations)
+                    .is_some_and(|b| b.name() == "rate_limited")
+            };
+            let all_rate_limited = all_cooling
+                && s.attempts
+                    .iter()
+                    .all(|a| a.reason.as_deref().is_some_and(rate_limited));
             let now = runner.now_ms();
             let retry = s
                 .soonest_cooldown_expiry
                 .filter(|_| all_cooling)
                 .map(|t| t.saturating_sub(now).div_ceil(1000).max(1));
             ClientError {
-                status: if retry.is_some() { 429 } else { 503 },
+                status: if retry.is_some() && all_rate_limited {
+                    429
+                } else {
+                    503
+                },
                 message: s.to_string(),
                 error_type: None,
                 code: Some("fallback_summary".into()),

@@ -199,6 +199,69 @@ fn by_provider(ids: &BTreeSet<String>) -> HashMap<String, HashSet<String>> {
     out
 }
 
+/// The providers of the stored profiles (none when they cannot be read:
+/// the runner reports that itself).
+fn opened_profiles(docs: &Arc<dyn failover::Store>) -> BTreeSet<String> {
+    docs.load_profiles()
+        .map(|p| {
+            p.profiles
+                .values()
+                .map(|x| failover::state::normalize_provider(&x.provider))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Issue 35: warns of each provider `agent`'s chains reach with no
+/// credential: no profile of it for the agent, no `apiKey` reference, and
+/// not declared `auth: none`. Its attempts would be refused as `auth`.
+pub(crate) fn warn_missing_credentials(
+    agent: &str,
+    config: &GatewayConfig,
+    ups: &Upstreams,
+    with_profiles: BTreeSet<String>,
+) {
+    for provider in missing_credentials(agent, config, ups, &with_profiles) {
+        tracing::warn!(
+            target: "failover::serve",
+            agent,
+            provider = provider.as_str(),
+            fix = %format!(
+                "add a `{provider}` profile to agents/{agent}/agent/auth-profiles.json, set `apiKey: \"${{ENV_VAR}}\"` on the provider, or declare it `auth: none` if it takes no key"
+            ),
+            "no credential for a provider this agent's chain reaches: its attempts will be refused as auth"
+        );
+    }
+}
+
+/// The providers of `agent`'s chain (its own model, else the defaults')
+/// that have an upstream but no credential.
+fn missing_credentials(
+    agent: &str,
+    config: &GatewayConfig,
+    ups: &Upstreams,
+    with_profiles: &BTreeSet<String>,
+) -> Vec<String> {
+    let own = config
+        .agents
+        .list
+        .iter()
+        .find(|a| a.id == agent)
+        .and_then(|a| a.model.as_ref());
+    let model = own.unwrap_or(&config.agents.model);
+    let mut out = BTreeSet::new();
+    for r in model.primary.iter().chain(model.fallbacks.iter().flatten()) {
+        let p = failover::state::normalize_provider(r.provider());
+        let Some(u) = ups.providers.get(&p) else {
+            continue;
+        };
+        if !u.keyless && u.env_key.is_none() && !with_profiles.contains(&p) {
+            out.insert(p);
+        }
+    }
+    out.into_iter().collect()
+}
+
 /// Builds a set from its sources; `Err` holds the diagnostics.
 pub(crate) fn build(
     sources: &Sources,
@@ -252,6 +315,7 @@ pub(crate) fn build(
             continue;
         }
         let opened = stores.get(&sources.state, &agent, config.state.as_ref())?;
+        let runner_docs = opened.docs.clone();
         let store = Arc::new(GatewayStore::new(
             opened.face,
             opened.docs,
@@ -262,6 +326,7 @@ pub(crate) fn build(
             .map_err(|e| Error::invalid(format!("error: {e}")))?
             .with_skip_ttl_from_env()
             .with_state_health(stores.health.clone());
+        warn_missing_credentials(&agent, &config, &ups, opened_profiles(&runner_docs));
         runners.insert(agent, Arc::new(runner));
     }
     let clients = (0..lanes.max(1))
@@ -335,4 +400,53 @@ pub(crate) fn fingerprint(sources: &Sources) -> Vec<(PathBuf, Option<std::time::
             (p, t, len)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Issue 35: per agent, the providers its chain reaches with no
+    // credential; `auth: none` and an `apiKey` reference count as one.
+    #[test]
+    fn missing_credentials_per_agent() {
+        let text = r#"agents:
+  defaults:
+    model:
+      primary: cloud/a
+      fallbacks: [local/b, envkey/c]
+  list:
+    - id: coder
+      model:
+        primary: cloud/a
+        fallbacks: [other/d]
+models:
+  providers:
+    cloud: { baseUrl: "http://127.0.0.1:1/v1", api: openai-completions }
+    local: { baseUrl: "http://127.0.0.1:2/v1", api: openai-completions, auth: none }
+    envkey: { baseUrl: "http://127.0.0.1:3/v1", api: openai-completions, apiKey: "${K}" }
+    other: { baseUrl: "http://127.0.0.1:4/v1", api: anthropic-messages }
+"#;
+        let env = |n: &str| (n == "K").then(|| "sk-env-0123456789".to_string());
+        let loaded = GatewayConfig::parse(text, failover::Format::Yaml, "gateway.yaml").unwrap();
+        let (ups, _) = upstreams::parse(text, &env).unwrap();
+        let none = BTreeSet::new();
+        let cfg = &loaded.config;
+        assert_eq!(missing_credentials("main", cfg, &ups, &none), ["cloud"]);
+        assert_eq!(
+            missing_credentials("coder", cfg, &ups, &none),
+            ["cloud", "other"]
+        );
+        let cloud: BTreeSet<String> = ["cloud".to_string()].into();
+        assert!(missing_credentials("main", cfg, &ups, &cloud).is_empty());
+        assert_eq!(missing_credentials("coder", cfg, &ups, &cloud), ["other"]);
+    }
+
+    #[test]
+    fn auth_takes_only_none() {
+        let text = "models:\n  providers:\n    x:\n      baseUrl: http://127.0.0.1:1/v1\n      api: openai-completions\n      auth: bearer\n";
+        let e = upstreams::parse(text, &|_: &str| None).unwrap_err();
+        assert_eq!(e[0].path, "models.providers.x.auth");
+        assert!(e[0].message.contains("expected `none`"), "{}", e[0].message);
+    }
 }

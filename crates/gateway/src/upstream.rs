@@ -221,15 +221,69 @@ fn timeout_failure(what: &str, after: Duration) -> AttemptError {
     AttemptError::Provider(ProviderFailure::timeout(what, after))
 }
 
-/// A failed send: the error's text is never used (it could carry the
-/// URL), only its kind.
-fn send_failure(e: &hyper_util::client::legacy::Error) -> AttemptError {
-    let kind = if e.is_connect() {
-        "connection refused or failed"
-    } else {
-        "network error"
+/// A failed send, with the host it was for and the cause as a closed list
+/// (connection refused, DNS, TLS, timed out, reset). The error's own text
+/// is never used (it could carry the URL), only its kind; the message
+/// still begins `upstream connection refused or failed`, which the rules
+/// read as `timeout` (REFERENCE a.7).
+fn send_failure(e: &hyper_util::client::legacy::Error, uri: &axum::http::Uri) -> AttemptError {
+    let host = match (uri.host(), uri.port_u16()) {
+        (Some(h), Some(p)) => format!("{h}:{p}"),
+        (Some(h), None) => h.to_string(),
+        (None, _) => "the upstream".to_string(),
     };
-    AttemptError::Provider(ProviderFailure::transport(kind))
+    let what = if e.is_connect() {
+        format!(
+            "connection refused or failed ({host}: {})",
+            connect_cause(e)
+        )
+    } else {
+        format!("network error ({host})")
+    };
+    AttemptError::Provider(ProviderFailure::transport(&what))
+}
+
+/// Why a connection could not be made, from the error's sources: one of a
+/// few fixed phrases, never the sources' text.
+fn connect_cause(e: &(dyn std::error::Error + 'static)) -> &'static str {
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as K;
+            match io.kind() {
+                K::ConnectionRefused => return "connection refused",
+                K::TimedOut => return "connect timed out",
+                K::ConnectionReset | K::ConnectionAborted => return "connection reset",
+                K::AddrNotAvailable | K::NetworkUnreachable | K::HostUnreachable => {
+                    return "network unreachable"
+                }
+                _ => {}
+            }
+        }
+        // hyper-util's connector and rustls name their failures with
+        // fixed texts: only those are compared, never echoed.
+        let text = s.to_string().to_ascii_lowercase();
+        if text.starts_with("dns error") || text.contains("failed to lookup address") {
+            return "DNS lookup failed";
+        }
+        if text.contains("certificate") || text.contains("tls") || text.contains("handshake") {
+            return "TLS handshake failed";
+        }
+        cur = s.source();
+    }
+    "connection failed"
+}
+
+/// An attempt on a provider with no credential for the agent and no
+/// `auth: none`: a 401 the rules read as `auth`, with the fix.
+fn no_credential(provider: &str) -> AttemptError {
+    AttemptError::Provider(
+        ProviderFailure::message(format!(
+            "no credential for provider `{provider}`: the request was not sent; add a profile to the agent's auth-profiles.json, set `apiKey: \"${{ENV_VAR}}\"` on the provider, or declare it `auth: none` if it takes no key"
+        ))
+        .with_status(401)
+        .with_code("no_credential"),
+    )
 }
 
 /// A body that broke off after the head.
@@ -321,7 +375,10 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
     let first_deadline = tokio::time::Instant::now() + u.timeouts.first_byte.min(u.timeouts.total);
     let mut headers = match input.profile {
         Some((id, p)) => auth_headers(u.api, p, id)?,
-        None => HeaderMap::new(),
+        None if u.keyless => HeaderMap::new(),
+        // Issue 35: never a keyless call by accident. Nothing is sent; the
+        // attempt is an authentication failure with its cause.
+        None => return Err(no_credential(&u.id)),
     };
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if u.api == Api::AnthropicMessages {
@@ -340,7 +397,7 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
     let send = input.client.request(req);
     let resp = match tokio::time::timeout_at(first_deadline, send).await {
         Err(_) => return Err(timeout_failure("no first byte", u.timeouts.first_byte)),
-        Ok(Err(e)) => return Err(send_failure(&e)),
+        Ok(Err(e)) => return Err(send_failure(&e, u.endpoint_uri())),
         Ok(Ok(r)) => r,
     };
     let status = resp.status().as_u16();

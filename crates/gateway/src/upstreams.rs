@@ -13,6 +13,10 @@
 //!     anthropic:
 //!       baseUrl: https://api.anthropic.com      # `/v1/messages` is appended
 //!       api: anthropic-messages
+//!     local:
+//!       baseUrl: http://127.0.0.1:11434/v1
+//!       api: openai-completions
+//!       auth: none                              # takes no credential
 //! serve:
 //!   maxBodyBytes: 16777216
 //!   maxConcurrentRequests: 1024
@@ -27,6 +31,14 @@
 //! refused for the same reason. No message here quotes a value from the
 //! file except a provider id, an `api` name or an environment variable's
 //! name.
+//!
+//! A provider is called with a credential or not at all: an attempt for
+//! which the agent has no profile of the provider (and the provider no
+//! `apiKey` reference) is refused before it is sent, as `auth`, unless the
+//! provider is declared `auth: none`. Each agent's credentials are its own
+//! (`agents/<id>/agent/auth-profiles.json`, SPEC R5.1); an agent does not
+//! borrow `main`'s. At start and on every reload the gateway warns, per
+//! agent, of each provider its chains reach without a credential.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -101,6 +113,10 @@ pub struct Upstream {
     pub timeouts: Timeouts,
     /// `apiKey: "${VAR}"` resolved; becomes the `<id>:default` profile.
     pub env_key: Option<Secret>,
+    /// `auth: none`: the provider takes no credential (a local server).
+    /// Without it, an attempt with no profile for the provider is refused
+    /// before it is sent (issue 35).
+    pub keyless: bool,
     /// `models`: ids listed by `GET /v1/models`.
     pub models: Vec<String>,
     /// [`Upstream::endpoint`] parsed once, when the config is read: parsing
@@ -432,6 +448,23 @@ fn provider(
             ),
         }
     }
+    let keyless = match get(map, "auth") {
+        None => false,
+        Some(v) if v.as_str().map(str::trim) == Some("none") => true,
+        Some(_) => {
+            bad(
+                "auth",
+                "expected `none` (a provider that takes no credential, such as a local server); credentials go in auth-profiles.json or `apiKey: \"${ENV_VAR}\"`".into(),
+            );
+            false
+        }
+    };
+    if keyless && env_key.is_some() {
+        bad(
+            "auth",
+            "`auth: none` and `apiKey` together: a keyless provider sends no key".into(),
+        );
+    }
     let mut timeouts = Timeouts::DEFAULT;
     if let Some(t) = get(map, "timeouts") {
         match t.as_mapping() {
@@ -499,6 +532,7 @@ fn provider(
         api,
         timeouts,
         env_key,
+        keyless,
         models,
         endpoint_uri,
     })

@@ -86,6 +86,155 @@ async fn r14_3_exhausted_chain_is_429_with_retry_after() {
     gw.stop().await;
 }
 
+// Issue 35: an unreachable upstream is not the client's rate limit. Every
+// candidate failing to connect is a 503 in the protocol's shape (with
+// Retry-After: both cool down), the summary names each host and the
+// cause, `x-failover-attempts` counts the attempts; the next request,
+// with every candidate cooling, is still a 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_upstreams_are_503_naming_host_and_cause() {
+    let closed = || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let (p1, p2) = (closed(), closed());
+    let dir = temp_dir("unreachable");
+    write_profiles(&dir);
+    let config = format!(
+        r#"agents:
+  defaults:
+    model:
+      primary: prim/model-a
+      fallbacks: [back/model-b]
+models:
+  providers:
+    prim:
+      baseUrl: "http://127.0.0.1:{p1}/v1"
+      api: openai-completions
+      models: [model-a]
+    back:
+      baseUrl: "http://127.0.0.1:{p2}/v1"
+      api: openai-completions
+      models: [model-b]
+"#
+    );
+    std::fs::write(dir.join("gateway.yaml"), config).unwrap();
+    let running = failover_gateway::start(failover_gateway::Options {
+        sources: failover_gateway::Sources {
+            config: dir.join("gateway.yaml"),
+            state: dir.join("state"),
+            rules: Vec::new(),
+            no_defaults: false,
+        },
+        listen: "127.0.0.1:0".into(),
+        watch: false,
+        workers: 0,
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let http = reqwest::Client::new();
+    let post = |path: &'static str, body: serde_json::Value| {
+        let url = format!("http://{}{path}", running.addr);
+        let req = http.post(url).json(&body);
+        async move { Resp::from(req.send().await.unwrap()).await }
+    };
+
+    let r = post("/v1/chat/completions", chat("prim/model-a")).await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert!(r.header("retry-after").is_some(), "{:?}", r.headers);
+    assert_eq!(r.header("x-failover-attempts").as_deref(), Some("2"));
+    let v = r.json();
+    assert_eq!(v["error"]["type"], "server_error");
+    let message = v["error"]["message"].as_str().unwrap();
+    for p in [p1, p2] {
+        assert!(
+            message.contains(&format!("127.0.0.1:{p}: connection refused")),
+            "{message}"
+        );
+    }
+    let attempts = v["error"]["failover"]["attempts"].as_array().unwrap();
+    assert!(
+        attempts.iter().all(|a| a["reason"] == "timeout"),
+        "{attempts:?}"
+    );
+
+    // Both cooling now: skipped, still not a rate limit (Anthropic's
+    // overloaded type for its clients).
+    let r = post("/v1/messages", msg("prim/model-a")).await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(r.json()["error"]["type"], "overloaded_error");
+    assert_eq!(r.header("x-failover-attempts").as_deref(), Some("2"));
+    running.shutdown().await;
+}
+
+// Issue 35: no keyless call by accident. An agent without a credential
+// for a provider (here `strict-agent` once its profiles are gone) is
+// refused before anything is sent, as `auth`, with the fix; a provider
+// declared `auth: none` is called without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_credential_is_refused_as_auth_not_sent() {
+    let gw = Gw::start(
+        "nocredential",
+        Setup {
+            workers: 0,
+            ..Setup::default()
+        },
+    )
+    .await;
+    std::fs::remove_file(
+        gw.dir
+            .join("state/agents/strict-agent/agent/auth-profiles.json"),
+    )
+    .unwrap();
+    gw.prim.always(ok_openai("should not be called"));
+    let r = gw.openai(chat("strict-agent"), None).await;
+    assert_eq!(r.status, 401, "{}", r.text);
+    let v = r.json();
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("no credential for provider `prim`"),
+        "{message}"
+    );
+    assert!(message.contains("auth: none"), "{message}");
+    assert_eq!(v["error"]["failover"]["reason"], "auth");
+    assert_eq!(
+        gw.prim.hits(),
+        0,
+        "nothing may be sent without a credential"
+    );
+    gw.stop().await;
+
+    // Declared keyless: called, with no credential header.
+    let gw = Gw::start(
+        "keyless",
+        Setup {
+            workers: 0,
+            ..Setup::default()
+        },
+    )
+    .await;
+    let text = std::fs::read_to_string(gw.dir.join("gateway.yaml")).unwrap();
+    let text = text.replacen(
+        "      models: [model-a]\n",
+        "      models: [model-a]\n      auth: none\n",
+        1,
+    );
+    std::fs::write(gw.dir.join("gateway.yaml"), text).unwrap();
+    gw.running.as_ref().unwrap().gateway.reload().unwrap();
+    std::fs::remove_file(
+        gw.dir
+            .join("state/agents/strict-agent/agent/auth-profiles.json"),
+    )
+    .unwrap();
+    gw.prim.push(ok_openai("keyless answer"));
+    let r = gw.openai(chat("strict-agent"), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let seen = gw.prim.seen();
+    assert!(seen[0].headers.get("authorization").is_none());
+    gw.stop().await;
+}
+
 // Exhausted without a cooldown everywhere (a 500 then a format-free
 // unknown error) is 503, no Retry-After.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

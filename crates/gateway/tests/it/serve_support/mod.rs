@@ -408,18 +408,22 @@ models:
     )
 }
 
+/// The keys of both providers for `main` and for `strict-agent` (each
+/// agent's credentials are its own, SPEC R5.1).
 pub(crate) fn write_profiles(dir: &std::path::Path) {
-    let agent = dir.join("state/agents/main/agent");
-    std::fs::create_dir_all(&agent).unwrap();
-    std::fs::write(
-        agent.join("auth-profiles.json"),
-        json!({"version": 1, "profiles": {
-            "prim:default": {"type": "api_key", "provider": "prim", "key": SECRETS[0]},
-            "back:default": {"type": "api_key", "provider": "back", "key": SECRETS[1]},
-        }})
-        .to_string(),
-    )
-    .unwrap();
+    for agent in ["main", "strict-agent"] {
+        let agent = dir.join(format!("state/agents/{agent}/agent"));
+        std::fs::create_dir_all(&agent).unwrap();
+        std::fs::write(
+            agent.join("auth-profiles.json"),
+            json!({"version": 1, "profiles": {
+                "prim:default": {"type": "api_key", "provider": "prim", "key": SECRETS[0]},
+                "back:default": {"type": "api_key", "provider": "back", "key": SECRETS[1]},
+            }})
+            .to_string(),
+        )
+        .unwrap();
+    }
 }
 
 impl Gw {
