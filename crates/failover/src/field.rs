@@ -481,6 +481,31 @@ fn verdict_line(out: &mut String, v: &Verdict) {
 /// The report `failover test` prints after the golden table.
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
+    let (stops, failovers) = summary_lines(&mut out, report);
+    render_details(&mut out, report, stops, failovers);
+    out
+}
+
+/// The report's headline: the totals in six lines and, since they fail
+/// the test, every unsafe stop; [`render`] adds the tables and every
+/// disagreement.
+pub fn render_summary(report: &Report) -> String {
+    let mut out = String::new();
+    let (stops, _) = summary_lines(&mut out, report);
+    if stops > 0 {
+        let _ = writeln!(
+            out,
+            "\nunsafe stops (the label fails over, the verdict stops the run):"
+        );
+        for v in report.unsafe_stops() {
+            verdict_line(&mut out, v);
+        }
+    }
+    out
+}
+
+/// The totals; returns the unsafe stops and failovers.
+fn summary_lines(out: &mut String, report: &Report) -> (usize, usize) {
     let t = &report.total;
     let stops = report.unsafe_stops().count();
     let failovers = report.unsafe_failovers().count();
@@ -516,7 +541,12 @@ pub fn render(report: &Report) -> String {
         "  unsafe failovers   {:>5.1}% ({failovers})",
         pct(failovers, t.items)
     );
+    (stops, failovers)
+}
 
+/// The tables and every disagreement.
+fn render_details(mut out: &mut String, report: &Report, stops: usize, failovers: usize) {
+    let t = &report.total;
     agreement_table(&mut out, "provider", &report.by_provider);
     agreement_table(&mut out, "expected reason", &report.by_reason);
     if !report.confusion.is_empty() {
@@ -575,7 +605,6 @@ pub fn render(report: &Report) -> String {
         report.floor_pct,
         stops
     );
-    out
 }
 
 #[cfg(test)]

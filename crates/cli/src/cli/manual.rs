@@ -93,6 +93,14 @@ pub(super) fn man(args: &ManArgs) -> CmdResult {
             let _ = std::io::stdout().write_all(&pages[0].1);
         }
         Some(dir) => {
+            // A fresh home has no man directory yet: made, as `install -D` would.
+            std::fs::create_dir_all(dir).map_err(|e| {
+                UsageError(format!(
+                    "cannot create `{}`: {}",
+                    crate::syntax::display_name(dir),
+                    failover_syntax::fsio::plain_io(&e)
+                ))
+            })?;
             for (name, roff) in &pages {
                 let path = dir.join(name);
                 std::fs::write(&path, roff).map_err(|e| {

@@ -56,6 +56,12 @@ pub(super) struct TestArgs {
     /// Do not measure the rules on any field corpus.
     #[arg(long, conflicts_with = "field")]
     pub no_field: bool,
+    /// Print the field corpus's whole report (tables, every disagreement)
+    /// even with `--rules`; by default the operator's own cases are
+    /// followed by the corpus's six-line summary then (and the whole
+    /// report without `--rules`, or with `--all`).
+    #[arg(long)]
+    pub field_report: bool,
     /// Exact agreement on the field corpus, in percent, below which the
     /// test fails.
     #[arg(long, value_name = "PCT", default_value_t = field::DEFAULT_FLOOR_PCT)]
@@ -195,7 +201,13 @@ pub(super) fn run(args: &TestArgs) -> CmdResult {
         print!("{}", super::paint_report(&golden::render_report(&report)));
         if let Some(field) = &field {
             println!();
-            print!("{}", field::render(field));
+            let whole = args.field_report || args.all || args.rules.dirs.is_empty();
+            if whole {
+                print!("{}", field::render(field));
+            } else {
+                print!("{}", field::render_summary(field));
+                println!("(the whole field report: --field-report)");
+            }
         }
     }
     Ok(if passed { 0 } else { 1 })

@@ -447,3 +447,29 @@ fn accept_on_a_terminal_asks_before_writing() {
         .unwrap()
         .contains("expect: overloaded       # the reason"));
 }
+
+// Issue 35: with `--rules`, the operator's cases are followed by the field
+// corpus's summary only (its totals); `--field-report` (or `--all`) prints
+// the whole report, as a run on the defaults alone does.
+#[test]
+fn field_report_is_a_summary_under_rules() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let short = failover_in(&root, &["test", "--rules", "examples/operator-rules"]);
+    assert_eq!(short.status.code(), Some(0), "{}", text(&short));
+    let out = stdout(&short);
+    let field = &out[out.find("field corpus:").expect("a field summary")..];
+    assert!(field.contains("exact agreement"), "{field}");
+    assert!(field.contains("unsafe failovers"), "{field}");
+    assert!(!field.contains("items    exact"), "no tables: {field}");
+    assert!(field.contains("--field-report"), "{field}");
+    assert!(field.lines().count() <= 8, "{field}");
+    for flag in ["--field-report", "--all"] {
+        let long = failover_in(&root, &["test", "--rules", "examples/operator-rules", flag]);
+        assert_eq!(long.status.code(), Some(0), "{}", text(&long));
+        assert!(
+            stdout(&long).contains("items    exact"),
+            "{flag}: {}",
+            stdout(&long)
+        );
+    }
+}
