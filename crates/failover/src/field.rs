@@ -545,10 +545,10 @@ fn summary_lines(out: &mut String, report: &Report) -> (usize, usize) {
 }
 
 /// The tables and every disagreement.
-fn render_details(mut out: &mut String, report: &Report, stops: usize, failovers: usize) {
+fn render_details(out: &mut String, report: &Report, stops: usize, failovers: usize) {
     let t = &report.total;
-    agreement_table(&mut out, "provider", &report.by_provider);
-    agreement_table(&mut out, "expected reason", &report.by_reason);
+    agreement_table(out, "provider", &report.by_provider);
+    agreement_table(out, "expected reason", &report.by_reason);
     if !report.confusion.is_empty() {
         let mut pairs: Vec<(&(String, String), &usize)> = report.confusion.iter().collect();
         pairs.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
@@ -574,7 +574,7 @@ fn render_details(mut out: &mut String, report: &Report, stops: usize, failovers
             "\nunsafe stops (the label fails over, the verdict stops the run):"
         );
         for v in report.unsafe_stops() {
-            verdict_line(&mut out, v);
+            verdict_line(out, v);
         }
     }
     if failovers > 0 {
@@ -583,7 +583,7 @@ fn render_details(mut out: &mut String, report: &Report, stops: usize, failovers
             "\nunsafe failovers (the label stops, the verdict fails over):"
         );
         for v in report.unsafe_failovers() {
-            verdict_line(&mut out, v);
+            verdict_line(out, v);
         }
     }
     let others: Vec<&Verdict> = report
@@ -594,7 +594,7 @@ fn render_details(mut out: &mut String, report: &Report, stops: usize, failovers
     if !others.is_empty() {
         let _ = writeln!(out, "\nother disagreements:");
         for v in others {
-            verdict_line(&mut out, v);
+            verdict_line(out, v);
         }
     }
     let _ = writeln!(

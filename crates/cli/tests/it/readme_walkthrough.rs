@@ -149,3 +149,42 @@ fn ci_runs_the_readmes_test_command() {
         "`.ci/run` does not run the README's test command `{test}`"
     );
 }
+
+// Issue 35: the README's Runner example is the embedder's code, which CI
+// compiles and runs (`examples/embedder`): each marked block, indented as
+// in `main`, must appear there verbatim, so the copy cannot drift.
+#[test]
+fn readme_runner_example_is_the_compiled_embedder() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let embedder = std::fs::read_to_string(root.join("examples/embedder/src/main.rs")).unwrap();
+    for name in ["runner-example", "runner-run"] {
+        let begin = format!("<!-- {name}:begin -->");
+        let start = readme
+            .find(&begin)
+            .unwrap_or_else(|| panic!("README lacks {begin}"));
+        let rest = &readme[start + begin.len()..];
+        let block = &rest[..rest
+            .find(&format!("<!-- {name}:end -->"))
+            .unwrap_or_else(|| panic!("{name} is not closed"))];
+        let code = block
+            .trim()
+            .strip_prefix("```rust\n")
+            .and_then(|b| b.strip_suffix("```"))
+            .unwrap_or_else(|| panic!("{name}: not one rust block"));
+        let indented: String = code
+            .lines()
+            .map(|l| {
+                if l.is_empty() {
+                    "\n".to_string()
+                } else {
+                    format!("    {l}\n")
+                }
+            })
+            .collect();
+        assert!(
+            embedder.contains(&indented),
+            "README's {name} block differs from examples/embedder/src/main.rs:\n{indented}"
+        );
+    }
+}
