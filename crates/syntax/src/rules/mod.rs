@@ -276,7 +276,29 @@ fn syntax_error(sources: &SourceMap, file: FileId, err: &pest::error::Error<Rule
             .label("this string has no closing `\"` on its line")
             .help("close the string with `\"`; a `\"` inside a string is written `\\\"`");
     }
+    // So does an unterminated regex literal.
+    if line_rest.starts_with('/') && !line_rest[1..].replace("\\/", "").contains('/') {
+        let span = sources.span(file, offset, offset + 1);
+        return Diagnostic::new(Code::E001, span, "unterminated regex")
+            .label("this regex has no closing `/` on its line")
+            .help("close the regex with `/` (flags after it, as in `/…/i`); a `/` inside a regex is written `\\/`");
+    }
     let found = found_words(text, offset);
+    // A block still open at the end of the file: name it and point back
+    // to where it opened.
+    if found == "end of file" {
+        if let Some((open, construct)) = unclosed_block(&text[..offset]) {
+            let at = sources.span(file, offset, offset);
+            let opened = sources.span(file, open, open + 1);
+            return Diagnostic::new(Code::E001, at, format!("unterminated `{construct}` block"))
+                .label("the file ends here")
+                .note(
+                    opened,
+                    format!("the `{construct}` block opened here is never closed"),
+                )
+                .help("close the block with `}`");
+        }
+    }
     // Underline the whole token found (as far as it was quoted).
     let token_len = found
         .strip_prefix('`')
@@ -320,6 +342,28 @@ fn syntax_error(sources: &SourceMap, file: FileId, err: &pest::error::Error<Rule
         }
         ErrorVariant::CustomError { message } => Diagnostic::new(Code::E001, span, message.clone()),
     }
+}
+
+/// The last block of `text` still open: the offset of its `{` and the
+/// construct that opened it (`provider`, `reason`, …). Read by lines, as
+/// the formatter lays blocks out: a line ending in `{` opens one (outside
+/// a `#` comment), a line starting with `}` closes the innermost.
+fn unclosed_block(text: &str) -> Option<(usize, String)> {
+    let mut open: Vec<(usize, String)> = Vec::new();
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let code = line.split('#').next().unwrap_or("").trim_end();
+        let trimmed = code.trim_start();
+        if trimmed.starts_with('}') {
+            open.pop();
+        }
+        if code.ends_with('{') && !trimmed.starts_with('}') {
+            let word = trimmed.split_whitespace().next().unwrap_or("{");
+            open.push((at + code.len() - 1, word.trim_end_matches('{').to_string()));
+        }
+        at += line.len();
+    }
+    open.pop().filter(|(_, w)| !w.is_empty())
 }
 
 /// Lowers pest pairs of one file into AST nodes, collecting diagnostics.
@@ -770,6 +814,43 @@ mod tests {
             crate::diag::render_all(&diags, &sources)
         );
         ast
+    }
+
+    fn first_error(text: &str) -> (SourceMap, Diagnostic) {
+        let (sources, _, diags) = parse_str("t.rules", text);
+        let d = diags.into_iter().next().expect("a diagnostic");
+        (sources, d)
+    }
+
+    // Issue 35: an unterminated regex is named as such, at its `/`.
+    #[test]
+    fn an_unterminated_regex_is_named_where_it_opens() {
+        let (sources, d) = first_error("rule a.b\n  when message matches /abc\n  => billing\n");
+        let text = crate::diag::render_all(std::slice::from_ref(&d), &sources);
+        assert!(text.contains("unterminated regex"), "{text}");
+        assert!(text.contains("t.rules:2:24"), "{text}");
+        // A closed regex with an escaped `/` is fine.
+        parse_ok(
+            "reason billing { failover; }\nrule a.b when message matches /a\\/b/i => billing\n",
+        );
+    }
+
+    // Issue 35: a block still open at the end of the file names its
+    // construct and points back to its `{`.
+    #[test]
+    fn an_unclosed_block_points_back_to_where_it_opened() {
+        let (sources, d) = first_error(
+            "# a comment {\nprovider acme {\n  rule a.b when status == 402 => billing\n",
+        );
+        let text = crate::diag::render_all(std::slice::from_ref(&d), &sources);
+        assert!(text.contains("unterminated `provider` block"), "{text}");
+        assert!(text.contains("t.rules:2:15"), "{text}");
+        assert!(text.contains("opened here is never closed"), "{text}");
+        assert_eq!(
+            unclosed_block("provider a {\n}\nprovider b {\n"),
+            Some((26, "provider".into()))
+        );
+        assert_eq!(unclosed_block("provider a {\n  rule x\n}\n"), None);
     }
 
     #[test]
