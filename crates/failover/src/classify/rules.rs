@@ -204,4 +204,16 @@ mod tests {
             "{err}"
         );
     }
+
+    /// Issue 35: an empty directory fails `build()` too, saying why (not a
+    /// silent engine of the defaults alone).
+    #[test]
+    fn an_empty_directory_is_a_read_error() {
+        let dir = std::env::temp_dir().join(format!("failover-empty-rules-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let err = Rules::new().dir(&dir).build().unwrap_err();
+        let _ = std::fs::remove_dir(&dir);
+        assert!(matches!(err, RulesError::Read { .. }), "{err:?}");
+        assert!(err.to_string().contains("holds no `.rules` files"), "{err}");
+    }
 }

@@ -111,12 +111,15 @@ impl ProviderFailure {
         }
     }
 
-    /// An HTTP error answer: `status`, the response `headers` (a
-    /// `retry-after-ms` or `retry-after` wait becomes [`reset_at`], against
-    /// `now_ms`, R6.7) and the `body` as received (lossy UTF-8; a blank
-    /// body is left out). The body's own `error.message`, when it has one,
-    /// becomes the message, so summaries read well; the classifier reads
-    /// the body either way.
+    /// An HTTP error answer, from what an HTTP client has at hand:
+    /// `status`; the response `headers` as name/value pairs — `&str` or
+    /// `String` pairs, or an `&http::HeaderMap` as it is (values that are
+    /// not UTF-8 are ignored) — whose `retry-after-ms` or `retry-after`
+    /// wait becomes [`reset_at`], against `now_ms` (R6.7); and the `body`
+    /// as received (`&[u8]`, `&str`, `Vec<u8>`, `bytes::Bytes`; lossy
+    /// UTF-8; a blank body is left out). The body's own `error.message`,
+    /// when it has one, becomes the message, so summaries read well; the
+    /// classifier reads the body either way.
     ///
     /// [`reset_at`]: ProviderFailure::reset_at
     ///
@@ -126,28 +129,28 @@ impl ProviderFailure {
     /// let f = ProviderFailure::from_http(
     ///     429,
     ///     [("Retry-After", "30")],
-    ///     br#"{"error":{"message":"slow down","type":"rate_limit_error"}}"#,
+    ///     r#"{"error":{"message":"slow down","type":"rate_limit_error"}}"#,
     ///     1_000,
     /// );
     /// assert_eq!(f.status, Some(429));
     /// assert_eq!(f.message.as_deref(), Some("slow down"));
     /// assert_eq!(f.reset_at, Some(31_000));
     /// ```
-    pub fn from_http<K: AsRef<str>, V: AsRef<str>>(
+    pub fn from_http<K: AsRef<str>, V: AsRef<[u8]>>(
         status: u16,
         headers: impl IntoIterator<Item = (K, V)>,
-        body: &[u8],
+        body: impl AsRef<[u8]>,
         now_ms: u64,
     ) -> Self {
         let headers: Vec<(K, V)> = headers.into_iter().collect();
         let pairs: Vec<(&str, &str)> = headers
             .iter()
-            .map(|(k, v)| (k.as_ref(), v.as_ref()))
+            .filter_map(|(k, v)| Some((k.as_ref(), std::str::from_utf8(v.as_ref()).ok()?)))
             .collect();
         let reset_at = super::requested_wait(&pairs, now_ms)
             .filter(|w| !w.is_zero())
             .map(|w| now_ms.saturating_add(w.as_millis() as u64));
-        let text = String::from_utf8_lossy(body).into_owned();
+        let text = String::from_utf8_lossy(body.as_ref()).into_owned();
         let message = error_body_message(&text).map(|(m, _)| m);
         ProviderFailure {
             status: Some(status),
@@ -633,6 +636,32 @@ impl RunError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Issue 35: `from_http` takes what an HTTP client has at hand: an
+    // `http::HeaderMap` as it is, `&str` or `String` pairs, and the body as
+    // `&[u8]`, `&str`, `Vec<u8>` or `Bytes`.
+    #[test]
+    fn from_http_takes_a_header_map_and_any_body() {
+        let mut map = http::HeaderMap::new();
+        map.insert("retry-after", http::HeaderValue::from_static("30"));
+        map.insert(
+            "x-binary",
+            http::HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+        );
+        let body = r#"{"error":{"message":"slow down"}}"#;
+        let a = ProviderFailure::from_http(429, &map, bytes::Bytes::from(body), 1_000);
+        let b = ProviderFailure::from_http(429, [("Retry-After", "30")], body, 1_000);
+        let c = ProviderFailure::from_http(
+            429,
+            vec![("retry-after".to_string(), "30".to_string())],
+            String::from(body).into_bytes(),
+            1_000,
+        );
+        for f in [&a, &b, &c] {
+            assert_eq!(f.reset_at, Some(31_000));
+            assert_eq!(f.message.as_deref(), Some("slow down"));
+        }
+    }
     use std::time::Duration;
 
     fn reason(f: &ProviderFailure, provider: &str) -> String {
