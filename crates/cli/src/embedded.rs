@@ -50,6 +50,10 @@ pub(crate) const DEFAULT_CASES: &[(&str, &str)] = &[
 /// see `failover::field`), (path, text).
 pub(crate) const DEFAULT_FIELD: &[(&str, &str)] = &[
     (
+        "tests/field/accounts-plans-regions.yaml",
+        include_str!("../../../tests/field/accounts-plans-regions.yaml"),
+    ),
+    (
         "tests/field/anthropic-bedrock-google.yaml",
         include_str!("../../../tests/field/anthropic-bedrock-google.yaml"),
     ),
@@ -62,6 +66,10 @@ pub(crate) const DEFAULT_FIELD: &[(&str, &str)] = &[
         include_str!("../../../tests/field/hosted.yaml"),
     ),
     (
+        "tests/field/languages.yaml",
+        include_str!("../../../tests/field/languages.yaml"),
+    ),
+    (
         "tests/field/local-transport-gateways.yaml",
         include_str!("../../../tests/field/local-transport-gateways.yaml"),
     ),
@@ -69,4 +77,16 @@ pub(crate) const DEFAULT_FIELD: &[(&str, &str)] = &[
         "tests/field/openai-azure-openrouter.yaml",
         include_str!("../../../tests/field/openai-azure-openrouter.yaml"),
     ),
+    (
+        "tests/field/transport-streams.yaml",
+        include_str!("../../../tests/field/transport-streams.yaml"),
+    ),
 ];
+
+/// The held-out set (`tests/holdout`): errors collected after the rules
+/// and never trained on; `failover test` measures the rules and the model
+/// on it.
+pub(crate) const DEFAULT_HOLDOUT: &[(&str, &str)] = &[(
+    "tests/holdout/holdout-2026-12-01.yaml",
+    include_str!("../../../tests/holdout/holdout-2026-12-01.yaml"),
+)];

@@ -3,6 +3,9 @@
 //! with no unsafe stop; the original implementation's own test vectors
 //! (`tests/vectors/openclaw.yaml`) agree at 95% or more; the held-out set
 //! (`tests/holdout`, collected after the rules) keeps its measured level.
+//! The vectors and the holdout are judged by the rules and the embedded
+//! model together (neither was trained on them); the field corpus by the
+//! rules alone.
 
 use std::path::{Path, PathBuf};
 
@@ -38,18 +41,21 @@ fn default_field() -> Vec<(String, String)> {
 
 #[test]
 fn the_field_corpus_holds_its_floor_with_no_unsafe_stop() {
-    let engine = Engine::builtin();
+    // The rules alone: the embedded model learned from this corpus, so
+    // its verdicts here would be training-set accuracy (issue 34; it is
+    // measured by cross-validation in `failover test`).
+    let engine = Engine::builtin_rules();
     let files: Vec<FieldFile> = default_field()
         .iter()
         .map(|(n, t)| field::parse(n, t).unwrap())
         .collect();
     let items: usize = files.iter().map(|f| f.items.len()).sum();
-    assert!(items >= 500, "{items} items");
+    assert!(items >= 1000, "{items} items");
     let providers: std::collections::BTreeSet<_> = files
         .iter()
         .flat_map(|f| f.items.iter().filter_map(|i| i.provider.clone()))
         .collect();
-    assert!(providers.len() >= 25, "{} providers", providers.len());
+    assert!(providers.len() >= 50, "{} providers", providers.len());
     let report = field::run(&engine, &files, field::DEFAULT_FLOOR_PCT);
     assert!(report.passed(), "{}", field::render(&report));
 }
@@ -70,6 +76,18 @@ fn the_original_implementations_vectors_agree() {
         report.unsafe_stops().count() <= 1,
         "{}",
         field::render(&report)
+    );
+    // Issue 34: the model at its default threshold costs none of them.
+    let rules = field::run(
+        &Engine::builtin_rules(),
+        &load("tests/vectors/openclaw.yaml"),
+        95.0,
+    );
+    assert!(
+        report.total.exact >= rules.total.exact,
+        "rules + model {} < rules {}",
+        report.total.exact,
+        rules.total.exact
     );
 }
 
@@ -94,4 +112,23 @@ fn the_held_out_set_keeps_its_level() {
     );
     let stops = report.unsafe_stops().count() as f64 / report.total.items as f64;
     assert!(stops <= 0.01, "{}", field::render(&report));
+    // Issue 34: the rules and the model together on what nothing trained
+    // on: 91.3% exact, 96.0% decision, no unsafe stop (the rules alone:
+    // 90.0%, 94.7%, one).
+    assert!(
+        report.total.exact_pct() >= 91.0,
+        "{}",
+        field::render(&report)
+    );
+    assert!(
+        report.total.decision_pct() >= 95.5,
+        "{}",
+        field::render(&report)
+    );
+    assert_eq!(
+        report.unsafe_stops().count(),
+        0,
+        "{}",
+        field::render(&report)
+    );
 }
