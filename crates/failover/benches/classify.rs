@@ -54,6 +54,30 @@ fn classify(c: &mut Criterion) {
                 })
             },
         );
+        if extra == 0 {
+            // Issue 34: the same corpus with the embedded model consulted
+            // where no text rule decides, side by side with the rules alone.
+            let with_model = engine_with(0).with_model(
+                failover::evidence::builtin(),
+                failover::evidence::DEFAULT_MIN_CONFIDENCE,
+            );
+            group.bench_with_input(
+                BenchmarkId::new("matcher+model", &label),
+                &samples,
+                |b, samples| {
+                    b.iter(|| {
+                        let mut n = 0usize;
+                        for s in samples {
+                            n += with_model
+                                .classify_with(&s.as_error(), &mut scratch)
+                                .reason_id
+                                .0 as usize;
+                        }
+                        n
+                    })
+                },
+            );
+        }
         if extra <= 1_000 {
             group.bench_with_input(
                 BenchmarkId::new("exhaustive-baseline", &label),
@@ -98,7 +122,16 @@ fn compile(c: &mut Criterion) {
 fn latency() {
     const PASSES: usize = 20;
     let samples = corpus::corpus(CORPUS, 0x5eed);
-    let mut engines = vec![("defaults".to_string(), engine_with(0))];
+    let mut engines = vec![
+        ("defaults".to_string(), engine_with(0)),
+        (
+            "defaults+model".to_string(),
+            engine_with(0).with_model(
+                failover::evidence::builtin(),
+                failover::evidence::DEFAULT_MIN_CONFIDENCE,
+            ),
+        ),
+    ];
     if let Ok(dir) = std::env::var("FAILOVER_BENCH_RULES") {
         let build = failover::rules::build(&[dir.clone().into()], false).expect("rules dir");
         let engine = Engine::from_build(build).expect("rules compile");
@@ -132,6 +165,41 @@ fn latency() {
     }
 }
 
+/// Issue 34: the model's own cost per consulted message (one where no text
+/// rule decides): `Model::predict` on the normalised error, each message
+/// timed alone, the best of `PASSES`; and how many messages consult it.
+fn model_latency() {
+    const PASSES: usize = 20;
+    let samples = corpus::corpus(CORPUS, 0x5eed);
+    let engine = engine_with(0);
+    let model = failover::evidence::builtin();
+    let consulted: Vec<_> = samples
+        .iter()
+        .filter(|s| engine.classify(&s.as_error()).decided_by != failover::Decider::Rule)
+        .collect();
+    let mut best = vec![u128::MAX; consulted.len()];
+    for _ in 0..PASSES {
+        for (i, s) in consulted.iter().enumerate() {
+            let ns = engine.with_model_input(&s.as_error(), |input| {
+                let t = std::time::Instant::now();
+                std::hint::black_box(model.predict(input));
+                t.elapsed().as_nanos()
+            });
+            best[i] = best[i].min(ns);
+        }
+    }
+    best.sort_unstable();
+    let at = |q: f64| best[((best.len().max(1) - 1) as f64 * q) as usize];
+    eprintln!(
+        "model: consulted on {} of {} messages; predict p50 {} ns, p99 {} ns, max {} ns",
+        consulted.len(),
+        samples.len(),
+        at(0.5),
+        at(0.99),
+        best.last().copied().unwrap_or(0)
+    );
+}
+
 criterion_group!(benches, classify, compile);
 
 fn main() {
@@ -139,5 +207,6 @@ fn main() {
     Criterion::default().configure_from_args().final_summary();
     if std::env::args().all(|a| a != "--list") {
         latency();
+        model_latency();
     }
 }

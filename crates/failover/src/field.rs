@@ -36,9 +36,11 @@ use crate::classify::{Engine, ProviderError};
 use crate::compile::DisableLane;
 use crate::diag::preview_line;
 
-/// The default floor of exact agreement (percent) below which `failover
-/// test` fails.
-pub const DEFAULT_FLOOR_PCT: f64 = 95.0;
+/// The default floor of the rules' exact agreement (percent) below which
+/// `failover test` fails: just under what the default rules give on the
+/// embedded corpus (81.3% on 1,010 items, most added where the rules were
+/// known to miss), so a change that loses ground fails.
+pub const DEFAULT_FLOOR_PCT: f64 = 80.0;
 
 /// One labelled error.
 #[derive(Debug, Clone, Deserialize)]
@@ -232,6 +234,35 @@ impl Decision {
     }
 }
 
+/// How a verdict compares with an item's labels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Judged {
+    pub exact: bool,
+    pub decision: bool,
+    pub unsafe_stop: bool,
+    pub unsafe_failover: bool,
+}
+
+/// Judges `reason` against `labels` by the reasons' behaviour in `engine`.
+pub(crate) fn judge(engine: &Engine, reason: &str, labels: &[String]) -> Judged {
+    let got = Decision::of(engine, reason);
+    let wanted: Vec<Decision> = labels
+        .iter()
+        .filter_map(|l| Decision::of(engine, l))
+        .collect();
+    let got_fails_over = got.is_some_and(Decision::fails_over);
+    Judged {
+        exact: labels.iter().any(|l| l == reason),
+        decision: got.is_some_and(|g| wanted.contains(&g)),
+        // A defensible label that agrees with the verdict's direction
+        // makes the direction safe.
+        unsafe_stop: !got_fails_over && !wanted.is_empty() && wanted.iter().all(|w| w.fails_over()),
+        unsafe_failover: got_fails_over
+            && !wanted.is_empty()
+            && wanted.iter().all(|w| !w.fails_over()),
+    }
+}
+
 /// One item's verdict.
 #[derive(Debug, Clone)]
 pub struct Verdict {
@@ -383,25 +414,17 @@ pub fn run(engine: &Engine, files: &[FieldFile], floor_pct: f64) -> Report {
         for (i, item) in file.items.iter().enumerate() {
             let c = engine.classify(&item.input());
             let labels = item.expected.as_slice();
-            let got = Decision::of(engine, c.reason);
-            let wanted: Vec<Decision> = labels
-                .iter()
-                .filter_map(|l| Decision::of(engine, l))
-                .collect();
             let undeclared: Vec<String> = labels
                 .iter()
                 .filter(|l| Decision::of(engine, l).is_none())
                 .cloned()
                 .collect();
-            let exact = labels.iter().any(|l| l == c.reason);
-            let decision = got.is_some_and(|g| wanted.contains(&g));
-            let got_fails_over = got.is_some_and(Decision::fails_over);
-            // A defensible label that agrees with the verdict's direction
-            // makes the direction safe.
-            let unsafe_stop =
-                !got_fails_over && !wanted.is_empty() && wanted.iter().all(|w| w.fails_over());
-            let unsafe_failover =
-                got_fails_over && !wanted.is_empty() && wanted.iter().all(|w| !w.fails_over());
+            let Judged {
+                exact,
+                decision,
+                unsafe_stop,
+                unsafe_failover,
+            } = judge(engine, c.reason, labels);
             let v = Verdict {
                 file: file.name.clone(),
                 line: file.lines.get(i).copied().unwrap_or(0),
@@ -428,7 +451,7 @@ pub fn run(engine: &Engine, files: &[FieldFile], floor_pct: f64) -> Report {
                     .entry((labels.join("|"), v.reason.clone()))
                     .or_default() += 1;
             }
-            if c.rule.is_none() {
+            if c.decided_by == crate::classify::Decider::None {
                 report.unclassified += 1;
             }
             report.verdicts.push(v);

@@ -63,6 +63,7 @@ use failover_syntax::{diag, fsio, redact, source};
 mod yaml;
 mod compile;
 mod load;
+pub mod evidence;
 mod classify;
 mod model_ref;
 mod store;
@@ -72,6 +73,7 @@ mod policy;
 mod run;
 pub mod golden;
 pub mod field;
+pub mod learn;
 
 pub mod errors;
 
@@ -84,7 +86,9 @@ mod tests;
 #[cfg(test)]
 extern crate self as failover;
 
-pub use classify::{Body, Classification, Engine, Explanation, ProviderError, Rules, Scratch};
+pub use classify::{
+    Body, Classification, Decider, Engine, Explanation, ProviderError, Rules, Scratch,
+};
 
 pub use config::{
     render_problems, AgentConfig, AgentsConfig, AuthConfig, ConfigProblem, Format, GatewayConfig,

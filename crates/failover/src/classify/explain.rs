@@ -32,6 +32,10 @@ pub fn render_explanation(engine: &Engine, c: &Classification, ex: &Explanation)
     let sources = engine.sources();
     let mut out = String::new();
     let _ = writeln!(out, "reason:   {} (failover: {})", c.reason, c.failover);
+    let _ = writeln!(out, "decided by: {}", c.decided_by.as_str());
+    if let Some(over) = c.overruled {
+        let _ = writeln!(out, "overruled: the status rule {over}");
+    }
     match c.rule_index {
         Some(i) => {
             let r = &rs.rules[i as usize];
@@ -39,6 +43,9 @@ pub fn render_explanation(engine: &Engine, c: &Classification, ex: &Explanation)
             for line in rule_comment(sources.get(r.span.file), r.span.line) {
                 let _ = writeln!(out, "          {line}");
             }
+        }
+        None if c.decided_by == super::Decider::Model => {
+            let _ = writeln!(out, "rule:     no text rule (the model decided)");
         }
         None => {
             let _ = writeln!(
@@ -81,6 +88,31 @@ pub fn render_explanation(engine: &Engine, c: &Classification, ex: &Explanation)
             r.id,
             sources.location(r.span)
         );
+    }
+    if let Some(m) = &ex.model {
+        let verdict = if c.decided_by == super::Decider::Model {
+            "it decided"
+        } else {
+            "below its threshold: the rules' verdict stands"
+        };
+        let _ = writeln!(
+            out,
+            "model (no text rule decided; minConfidence {:.2}, {verdict}):",
+            m.min_confidence
+        );
+        for (reason, p) in &m.top {
+            let _ = writeln!(out, "  {p:>6.3}  {reason}");
+        }
+        let _ = writeln!(
+            out,
+            "  features that weighed most for `{}`:",
+            m.top.first().map_or("", |t| t.0.as_str())
+        );
+        for f in &m.features {
+            let _ = writeln!(out, "    {:>+7.3}  {}", f.weight, f.feature);
+        }
+    } else if c.decided_by == super::Decider::Rule && engine.model().is_some() {
+        let _ = writeln!(out, "model:    not consulted (a text rule decided)");
     }
     out
 }

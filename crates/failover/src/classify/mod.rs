@@ -42,12 +42,15 @@ mod rules;
 pub mod stream;
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::compile::plan::{Plan, RuleIdx};
 use crate::compile::{Build, Expr, ReasonBehaviour, ReasonId, Ruleset, TextField, TextTest};
 use crate::diag::{Diagnostic, Diagnostics};
+use crate::evidence::features::Input as ModelInput;
+use crate::evidence::{builtin as builtin_model, Model, DEFAULT_MIN_CONFIDENCE};
 use crate::syntax::SourceMap;
 pub use explain::render_explanation;
 pub use input::{Body, ProviderError};
@@ -72,6 +75,49 @@ pub struct Engine {
     needs_body_tree: bool,
     sources: SourceMap,
     warnings: Vec<Diagnostic>,
+    /// Per rule: whether it tests the text (message, body, code or type,
+    /// outside a `not`). A verdict of any other rule, or of none, may be
+    /// decided by the model.
+    text_rules: Vec<bool>,
+    model: Option<ModelSlot>,
+}
+
+/// The evidence model an engine consults, with its threshold.
+#[derive(Debug, Clone)]
+struct ModelSlot {
+    model: Arc<Model>,
+    min_confidence: f32,
+    /// The ruleset's reason for each of the model's reasons (`None`: the
+    /// rules do not declare it, and the model cannot give it).
+    reasons: Vec<Option<ReasonId>>,
+}
+
+/// Which step of the precedence decided a verdict (docs/model.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Decider {
+    /// A rule that tests the text (message, body, code or type).
+    Rule,
+    /// The evidence model, at or above its threshold, where only a status
+    /// rule or no rule matched.
+    Model,
+    /// A rule that tests only the status and/or the provider (the model,
+    /// if consulted, was below its threshold).
+    StatusRule,
+    /// No rule matched and the model did not decide: `unclassified`.
+    None,
+}
+
+impl Decider {
+    /// The name in JSON and logs: `rule`, `model`, `status rule`, `none`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decider::Rule => "rule",
+            Decider::Model => "model",
+            Decider::StatusRule => "status rule",
+            Decider::None => "none",
+        }
+    }
 }
 
 /// The verdict on one error. Borrowed from the engine: no allocation.
@@ -94,6 +140,16 @@ pub struct Classification<'e> {
     pub status: Option<u16>,
     /// The message was longer than 1 MiB and was judged on its first 1 MiB.
     pub truncated: bool,
+    /// Which step of the precedence decided.
+    pub decided_by: Decider,
+    /// The model's probability for its top reason, when it was consulted.
+    pub probability: Option<f32>,
+    /// The model's top reason, when it was consulted (whether it decided
+    /// or not).
+    pub model_reason: Option<&'e str>,
+    /// When the model decided: the status rule it overruled (`None`: no
+    /// rule had matched).
+    pub overruled: Option<&'e str>,
 }
 
 /// What `--explain` shows: how the verdict was reached.
@@ -112,6 +168,20 @@ pub struct Explanation {
     pub error_type: Option<String>,
     /// The message the rules were matched against (before lower-casing).
     pub message: String,
+    /// What the model saw, when it was consulted.
+    pub model: Option<ModelExplanation>,
+}
+
+/// The model's part in a verdict, for `--explain`.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ModelExplanation {
+    /// The three most probable reasons, most probable first.
+    pub top: Vec<(String, f32)>,
+    /// The ten features that added most to the top reason's score.
+    pub features: Vec<crate::evidence::Weighed>,
+    /// The threshold it needed to decide.
+    pub min_confidence: f32,
 }
 
 /// Reusable buffers for classification. One per thread; see
@@ -216,9 +286,70 @@ impl Engine {
     /// The embedded default ruleset. It is checked by the test suite, so a
     /// failure here is a build defect.
     pub fn builtin() -> Engine {
+        Engine::builtin_rules().with_model(builtin_model(), DEFAULT_MIN_CONFIDENCE)
+    }
+
+    /// The embedded default ruleset without the model: `--no-model`.
+    pub fn builtin_rules() -> Engine {
         let build = crate::load::build_unlinted(&[], true).expect("embedded rules need no files");
         Engine::from_build(build)
             .unwrap_or_else(|d| panic!("the embedded default ruleset does not compile:\n{d}"))
+    }
+
+    /// Consults `model` where no text rule decides (docs/model.md): it
+    /// decides when its top reason's probability is at least
+    /// `min_confidence` (clamped to 0–1) and the rules declare that reason.
+    pub fn with_model(mut self, model: Arc<Model>, min_confidence: f32) -> Engine {
+        let reasons = model
+            .reasons()
+            .iter()
+            .map(|r| self.model_reason(r))
+            .collect();
+        self.model = Some(ModelSlot {
+            model,
+            min_confidence: if min_confidence.is_nan() {
+                DEFAULT_MIN_CONFIDENCE
+            } else {
+                min_confidence.clamp(0.0, 1.0)
+            },
+            reasons,
+        });
+        self
+    }
+
+    /// The reason a model's `reason` is in the rules, if the model may give
+    /// it: declared, and not `unclassified` — the model's "nothing here
+    /// says" is no evidence against a status rule.
+    fn model_reason(&self, reason: &str) -> Option<ReasonId> {
+        self.ruleset
+            .reason_id(reason)
+            .filter(|&id| id != self.ruleset.unclassified)
+    }
+
+    /// Whether a model's top reason `reason` may decide a verdict (see
+    /// [`Engine::with_model`]).
+    pub fn model_may_give(&self, reason: &str) -> bool {
+        self.model_reason(reason).is_some()
+    }
+
+    /// The rules alone: today's verdicts, exactly (`--no-model`).
+    pub fn without_model(mut self) -> Engine {
+        self.model = None;
+        self
+    }
+
+    /// The model consulted and its threshold, if any.
+    pub fn model(&self) -> Option<(&Arc<Model>, f32)> {
+        self.model.as_ref().map(|m| (&m.model, m.min_confidence))
+    }
+
+    /// Whether the rule at `index` tests the text (so the model never
+    /// overrules it).
+    pub fn is_text_rule(&self, index: RuleIdx) -> bool {
+        self.text_rules
+            .get(index as usize)
+            .copied()
+            .unwrap_or(false)
     }
 
     /// Builds an engine from a compile result; on errors, returns the
@@ -228,7 +359,10 @@ impl Engine {
             (Some(ruleset), Some(plan)) => {
                 let needs_body_text = ruleset.rules.iter().any(|r| reads_body(&r.cond, false));
                 let needs_body_tree = ruleset.rules.iter().any(|r| reads_body(&r.cond, true));
+                let text_rules = ruleset.rules.iter().map(|r| r.cond.tests_text()).collect();
                 Ok(Engine {
+                    text_rules,
+                    model: None,
                     ruleset,
                     plan,
                     needs_body_text,
@@ -285,10 +419,71 @@ impl Engine {
         self.run(err, scratch, None)
     }
 
+    /// The rules' verdict alone, the model not consulted (what the golden
+    /// cases pin, and what `--no-model` gives).
+    pub fn classify_rules(&self, err: &ProviderError) -> Classification<'_> {
+        SCRATCH.with(|s| self.run_full(err, &mut s.borrow_mut(), None, false, false))
+    }
+
+    /// What the model reads of `err` — the normalised text, status,
+    /// provider, code and type, as [`Engine::classify`] prepares them —
+    /// handed to `f`.
+    pub fn with_model_input<R>(
+        &self,
+        err: &ProviderError,
+        f: impl FnOnce(&crate::evidence::features::Input) -> R,
+    ) -> R {
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            let Scratch {
+                lower,
+                text,
+                provider,
+                model,
+                code,
+                error_type,
+                body_raw,
+                json,
+                folded,
+                ..
+            } = &mut *s;
+            let read = self.read_body(err, text, json, body_raw, code, error_type);
+            let mut message = read.message;
+            let status = read
+                .status
+                .or_else(|| input::leading_status(message).map(|(s, _)| s));
+            truncate_scan(&mut message);
+            lower_message(message, lower, folded);
+            let fields = self.fields(err, &read, provider, model, code, error_type);
+            f(&ModelInput {
+                text: lower,
+                status,
+                provider: fields.provider,
+                code: fields.code,
+                error_type: fields.error_type,
+            })
+        })
+    }
+
     /// Classifies and records how the verdict was reached.
     pub fn explain(&self, err: &ProviderError) -> (Classification<'_>, Explanation) {
         let mut ex = Explanation::default();
         let c = SCRATCH.with(|s| self.run(err, &mut s.borrow_mut(), Some(&mut ex)));
+        if let (Some(slot), Some(_)) = (&self.model, c.probability) {
+            ex.model = Some(self.with_model_input(err, |input| {
+                let p = slot.model.predict(input);
+                let names = slot.model.reasons();
+                ModelExplanation {
+                    top: p
+                        .ranked(3)
+                        .into_iter()
+                        .map(|(i, p)| (names[i].clone(), p))
+                        .collect(),
+                    features: slot.model.weighed(input, p.top().0, 10),
+                    min_confidence: slot.min_confidence,
+                }
+            }));
+        }
         (c, ex)
     }
 
@@ -299,6 +494,35 @@ impl Engine {
     /// serving.
     pub fn classify_exhaustive(&self, err: &ProviderError) -> Classification<'_> {
         SCRATCH.with(|s| self.run_with(err, &mut s.borrow_mut(), None, true))
+    }
+
+    /// The lower-cased provider, model, code and type (code and type from
+    /// the body when the caller gave none).
+    fn fields<'s>(
+        &self,
+        err: &'s ProviderError<'_>,
+        read: &Read<'_>,
+        provider: &'s mut String,
+        model: &'s mut String,
+        code: &'s mut String,
+        error_type: &'s mut String,
+    ) -> Fields<'s> {
+        Fields {
+            provider: lower_into(err.provider, provider),
+            model: lower_into(err.model, model),
+            code: if read.body_code {
+                code.make_ascii_lowercase();
+                Some(code.as_str())
+            } else {
+                lower_into(err.code, code)
+            },
+            error_type: if read.body_type {
+                error_type.make_ascii_lowercase();
+                Some(error_type.as_str())
+            } else {
+                lower_into(err.error_type, error_type)
+            },
+        }
     }
 
     /// Rules that may match: atom hits, table lookups, and the rules
@@ -377,6 +601,48 @@ impl Engine {
             behaviour: &def.behaviour,
             status,
             truncated,
+            decided_by: match rule {
+                Some(i) if self.is_text_rule(i) => Decider::Rule,
+                Some(_) => Decider::StatusRule,
+                None => Decider::None,
+            },
+            probability: None,
+            model_reason: None,
+            overruled: None,
+        }
+    }
+
+    /// The precedence's last step: where no text rule decided, the model
+    /// reads the same normalised error; at or above its threshold its top
+    /// reason is the verdict.
+    fn consult_model<'e>(
+        &'e self,
+        slot: &'e ModelSlot,
+        c: Classification<'e>,
+        input: &ModelInput<'_>,
+    ) -> Classification<'e> {
+        let p = slot.model.predict(input);
+        let (top, prob) = p.top();
+        let mut c = c;
+        c.probability = Some(prob);
+        c.model_reason = Some(slot.model.reasons()[top].as_str());
+        let Some(reason_id) = slot.reasons[top] else {
+            return c;
+        };
+        if prob < slot.min_confidence {
+            return c;
+        }
+        let def = self.ruleset.reason(reason_id);
+        Classification {
+            reason: &def.name,
+            reason_id,
+            rule: None,
+            rule_index: None,
+            failover: def.behaviour.failover,
+            behaviour: &def.behaviour,
+            decided_by: Decider::Model,
+            overruled: c.rule,
+            ..c
         }
     }
 
@@ -386,19 +652,32 @@ impl Engine {
         scratch: &mut Scratch,
         explain: Option<&mut Explanation>,
     ) -> Classification<'_> {
-        self.run_with(err, scratch, explain, false)
+        self.run_full(err, scratch, explain, false, true)
     }
 
-    /// The hot path, in three steps: normalise the inputs
-    /// ([`Self::read_body`], [`truncate_scan`], [`lower_message`]), collect
-    /// the candidate rules ([`Self::candidates`]), verify them in rule order
-    /// ([`Self::verify`]). Nothing here allocates once `scratch` has grown.
     fn run_with(
         &self,
         err: &ProviderError,
         scratch: &mut Scratch,
         explain: Option<&mut Explanation>,
         exhaustive: bool,
+    ) -> Classification<'_> {
+        self.run_full(err, scratch, explain, exhaustive, true)
+    }
+
+    /// The hot path, in three steps: normalise the inputs
+    /// ([`Self::read_body`], [`truncate_scan`], [`lower_message`]), collect
+    /// the candidate rules ([`Self::candidates`]), verify them in rule order
+    /// ([`Self::verify`]); where no text rule decided, consult the model
+    /// ([`Self::consult_model`]). Nothing here allocates once `scratch` has
+    /// grown.
+    fn run_full(
+        &self,
+        err: &ProviderError,
+        scratch: &mut Scratch,
+        explain: Option<&mut Explanation>,
+        exhaustive: bool,
+        use_model: bool,
     ) -> Classification<'_> {
         let Scratch {
             lower,
@@ -425,22 +704,7 @@ impl Engine {
         let truncated = truncate_scan(&mut message);
         let odd_folds = lower_message(message, lower, folded);
         let scan_text: &str = if odd_folds { folded } else { lower };
-        let fields = Fields {
-            provider: lower_into(err.provider, provider),
-            model: lower_into(err.model, model),
-            code: if read.body_code {
-                code.make_ascii_lowercase();
-                Some(code.as_str())
-            } else {
-                lower_into(err.code, code)
-            },
-            error_type: if read.body_type {
-                error_type.make_ascii_lowercase();
-                Some(error_type.as_str())
-            } else {
-                lower_into(err.error_type, error_type)
-            },
-        };
+        let fields = self.fields(err, &read, provider, model, code, error_type);
         if read.has_body_raw {
             body_raw.make_ascii_lowercase();
         }
@@ -479,7 +743,20 @@ impl Engine {
             ex.error_type = view.error_type.map(str::to_string);
             ex.message = view.text.to_string();
         }
-        self.verdict(winner, status, truncated)
+        let c = self.verdict(winner, status, truncated);
+        match &self.model {
+            Some(slot) if use_model && c.decided_by != Decider::Rule => {
+                let input = ModelInput {
+                    text: view.lower,
+                    status,
+                    provider: view.provider,
+                    code: view.code,
+                    error_type: view.error_type,
+                };
+                self.consult_model(slot, c, &input)
+            }
+            _ => c,
+        }
     }
 
     /// Step 1a: the body — given as JSON, given as text, or the message

@@ -58,7 +58,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::{Body, Classification, Engine, ProviderError, Scratch};
+use super::{Body, Classification, Decider, Engine, ProviderError, Scratch};
+use crate::compile::plan::RuleIdx;
 
 /// One input line. Strings are borrowed from the line when they hold no
 /// escapes; unknown fields are ignored (forward compatibility).
@@ -101,7 +102,10 @@ fn status_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u16>, D
 struct OutLine<'a> {
     reason: &'a str,
     rule: Option<&'a str>,
+    decided_by: &'static str,
     failover: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    probability: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     status: Option<u16>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -115,6 +119,11 @@ impl<'a> From<&Classification<'a>> for OutLine<'a> {
         OutLine {
             reason: c.reason,
             rule: c.rule,
+            decided_by: c.decided_by.as_str(),
+            probability: (c.decided_by == Decider::Model)
+                .then_some(c.probability)
+                .flatten()
+                .map(round_probability),
             failover: c.failover,
             status: c.status,
             truncated: c.truncated,
@@ -557,17 +566,26 @@ struct LineContext<'a> {
 /// `status` / `truncated`, and `}`: the same bytes serde writes.
 struct OutputHeads {
     by_rule: Vec<Vec<u8>>,
+    /// Per reason: a verdict of the model.
+    by_model: Vec<Vec<u8>>,
     no_rule: Vec<u8>,
+}
+
+/// A probability as the JSONL shows it: three decimals.
+fn round_probability(p: f32) -> f32 {
+    (p * 1000.0).round() / 1000.0
 }
 
 impl OutputHeads {
     fn new(engine: &Engine) -> OutputHeads {
         let rs = engine.ruleset();
-        let head = |reason: crate::compile::ReasonId, rule: Option<&str>| {
+        let head = |reason: crate::compile::ReasonId, rule: Option<&str>, by: Decider| {
             let def = rs.reason(reason);
             let line = OutLine {
                 reason: &def.name,
                 rule,
+                decided_by: by.as_str(),
+                probability: None,
                 failover: def.behaviour.failover,
                 status: None,
                 truncated: false,
@@ -582,19 +600,34 @@ impl OutputHeads {
             by_rule: rs
                 .rules
                 .iter()
-                .map(|r| head(r.reason, Some(&r.id)))
+                .enumerate()
+                .map(|(i, r)| {
+                    let by = if engine.is_text_rule(i as RuleIdx) {
+                        Decider::Rule
+                    } else {
+                        Decider::StatusRule
+                    };
+                    head(r.reason, Some(&r.id), by)
+                })
                 .collect(),
-            no_rule: head(rs.unclassified, None),
+            by_model: (0..rs.reasons.len())
+                .map(|i| head(crate::compile::ReasonId(i as _), None, Decider::Model))
+                .collect(),
+            no_rule: head(rs.unclassified, None, Decider::None),
         }
     }
 
     /// Appends the output line of `c` (without `explain`).
     fn write(&self, c: &Classification, out: &mut Vec<u8>) {
-        let head = match c.rule_index {
-            Some(i) => &self.by_rule[i as usize],
-            None => &self.no_rule,
+        let head = match (c.rule_index, c.decided_by) {
+            (Some(i), _) => &self.by_rule[i as usize],
+            (None, Decider::Model) => &self.by_model[c.reason_id.0 as usize],
+            (None, _) => &self.no_rule,
         };
         out.extend_from_slice(head);
+        if let (Decider::Model, Some(p)) = (c.decided_by, c.probability) {
+            let _ = write!(out, ",\"probability\":{}", round_probability(p));
+        }
         if let Some(s) = c.status {
             let _ = write!(out, ",\"status\":{s}");
         }

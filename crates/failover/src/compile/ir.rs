@@ -39,6 +39,21 @@ pub(crate) enum Expr {
     Text(TextField, TextTest),
 }
 
+impl Expr {
+    /// Whether the condition tests the text — the message, the body, the
+    /// code or the type — outside a `not` (a `not message has …` only
+    /// narrows a status rule). The provider and the model id are not the
+    /// error's text. A rule that does not is a *status rule*: the evidence
+    /// model may overrule it (docs/model.md).
+    pub(crate) fn tests_text(&self) -> bool {
+        match self {
+            Expr::And(p) | Expr::Or(p) => p.iter().any(Expr::tests_text),
+            Expr::Not(_) | Expr::Status(_) | Expr::StatusEmpty => false,
+            Expr::Text(field, _) => !matches!(field, TextField::Provider | TextField::Model),
+        }
+    }
+}
+
 /// Text-valued inputs a predicate can look at.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum TextField {

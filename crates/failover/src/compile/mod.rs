@@ -123,6 +123,19 @@ impl Build {
         self.ruleset.as_ref().map(|r| &r.selections)
     }
 
+    /// The rules that test no text (status and/or provider only), in
+    /// precedence order: where one of them, or no rule, matches, the
+    /// evidence model may decide (docs/model.md).
+    pub fn status_rules(&self) -> Vec<&str> {
+        self.ruleset.as_ref().map_or_else(Vec::new, |rs| {
+            rs.rules
+                .iter()
+                .filter(|r| !r.cond.tests_text())
+                .map(|r| r.id.as_str())
+                .collect()
+        })
+    }
+
     /// How each rule is reached and each regex decided (`failover check
     /// --plan`), when the rules compiled.
     pub fn render_plan(&self) -> Option<String> {

@@ -114,6 +114,10 @@ struct Verdict<'e> {
     name: &'e str,
     behaviour: &'e ReasonBehaviour,
     text: String,
+    /// Which step of the precedence gave the reason.
+    decided_by: &'static str,
+    /// The model's probability, when it decided.
+    probability: Option<f32>,
 }
 
 /// Where the walk goes after an attempt's error.
@@ -235,6 +239,8 @@ impl Walk {
             outcome: AttemptOutcome::Skipped,
             reason: reason.clone(),
             rule: None,
+            decided_by: None,
+            probability: None,
             status: None,
             code: None,
             error: Some(why.clone()),
@@ -249,6 +255,8 @@ impl Walk {
             detail: Some(why),
             position: cand.index + 1,
             outcome: cand.moving_on(),
+            classified_by: None,
+            probability: None,
         });
     }
 }
@@ -291,6 +299,8 @@ fn live_switch(
             detail: Some(text),
             position: i + 1,
             outcome: StepOutcome::NextFallback,
+            classified_by: None,
+            probability: None,
         });
         return AfterError::Jump(j);
     }
@@ -307,6 +317,8 @@ fn live_switch(
         detail: Some(text),
         position: i + 1,
         outcome: cand.moving_on(),
+        classified_by: None,
+        probability: None,
     });
     AfterError::Leave
 }
@@ -325,6 +337,8 @@ fn emit(d: &Decision) {
                 fallbackStepFromFailureDetail = d.detail.as_deref().unwrap_or(""),
                 fallbackStepChainPosition = d.position,
                 fallbackStepFinalOutcome = d.outcome.name(),
+                fallbackStepClassifiedBy = d.classified_by.unwrap_or(""),
+                fallbackStepModelProbability = d.probability.map_or(String::new(), |p| format!("{p:.3}")),
                 "model_fallback_decision"
             )
         };
@@ -933,6 +947,8 @@ impl Runner {
                 detail: Some(format!("Provider {p} is cooling; probing")),
                 position: cand.index + 1,
                 outcome: StepOutcome::Probing,
+                classified_by: None,
+                probability: None,
             });
         }
         let mut used: HashMap<RotationBudget, u32> = HashMap::new();
@@ -969,6 +985,8 @@ impl Runner {
                 outcome: AttemptOutcome::Succeeded,
                 reason: None,
                 rule: None,
+                decided_by: None,
+                probability: None,
                 status: None,
                 code: None,
                 error: None,
@@ -1138,6 +1156,8 @@ impl Runner {
                     detail: Some(cut(&why, DETAIL_CHARS)),
                     position: cand.index + 1,
                     outcome: cand.moving_on(),
+                    classified_by: None,
+                    probability: None,
                 });
                 Ok(AfterError::Leave)
             }
@@ -1172,15 +1192,22 @@ impl Runner {
     ) -> Verdict<'s> {
         let (p, m) = (cand.provider(), cand.model_name());
         let c = self.engine.classify(&failure.as_provider_error(p, m));
+        let probability = (c.decided_by == crate::classify::Decider::Model)
+            .then_some(c.probability)
+            .flatten();
         let verdict = Verdict {
             reason: c.reason_id,
             name: c.reason,
             behaviour: c.behaviour,
             text: scrub(&failure.text(), &turn.secrets),
+            decided_by: c.decided_by.as_str(),
+            probability,
         };
         record.outcome = AttemptOutcome::Failed;
         record.reason = Some(verdict.name.to_string());
         record.rule = c.rule.map(str::to_string);
+        record.decided_by = Some(verdict.decided_by);
+        record.probability = probability;
         record.status = c.status.or(failure.status);
         record.code = failure.code.as_deref().map(|c| scrub(c, &turn.secrets));
         record.error = Some(verdict.text.clone());
@@ -1251,6 +1278,8 @@ impl Runner {
             } else {
                 StepOutcome::ChainExhausted
             },
+            classified_by: Some(verdict.decided_by),
+            probability: verdict.probability,
         });
         let s = &turn.secrets;
         let surfaced = SurfacedError {
@@ -1433,6 +1462,8 @@ impl Runner {
             detail: None,
             position: position + 1,
             outcome: StepOutcome::Succeeded,
+            classified_by: None,
+            probability: None,
         });
         Ok(RunOutput {
             value,

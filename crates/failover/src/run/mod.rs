@@ -707,6 +707,8 @@ mod tests {
             outcome: AttemptOutcome::Failed,
             reason: reason.map(str::to_string),
             rule: None,
+            decided_by: None,
+            probability: None,
             status,
             code: code.map(str::to_string),
             error: Some(error.into()),

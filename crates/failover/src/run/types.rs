@@ -308,9 +308,17 @@ pub struct AttemptRecord {
     /// The failure's reason (`rate_limit`, …), or why it was skipped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// The deciding rule's id (`None`: no rule matched, or a skip).
+    /// The deciding rule's id (`None`: no rule matched, the model
+    /// decided, or a skip).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
+    /// Which step of the precedence gave the reason (`rule`, `model`,
+    /// `status rule`, `none`; docs/model.md), for a classified failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<&'static str>,
+    /// The model's probability for the reason, when the model decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probability: Option<f32>,
     /// The HTTP status of the failure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
@@ -420,6 +428,15 @@ pub struct Decision {
     pub position: usize,
     /// `fallbackStepFinalOutcome`.
     pub outcome: StepOutcome,
+    /// `fallbackStepClassifiedBy`: for a failed candidate, which step of
+    /// the precedence gave its reason (`rule`, `model`, `status rule`,
+    /// `none`; docs/model.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub classified_by: Option<&'static str>,
+    /// `fallbackStepModelProbability`: the model's probability, when the
+    /// model decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probability: Option<f32>,
 }
 
 /// An operational message for the reply surface (R13.3): not assistant

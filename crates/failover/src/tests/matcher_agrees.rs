@@ -26,7 +26,7 @@ fn check(engine: &Engine, samples: &[corpus::Sample]) {
 
 #[test]
 fn fast_path_agrees_with_exhaustive_verification() {
-    let engine = Engine::builtin();
+    let engine = Engine::builtin_rules();
     check(&engine, &corpus::golden_samples());
     check(&engine, &corpus::corpus(20_000, 7));
 }
@@ -54,7 +54,7 @@ mod naive;
 /// engine on plain-message inputs (so the comparison is apples to apples).
 #[test]
 fn naive_baseline_agrees_on_plain_messages() {
-    let engine = Engine::builtin();
+    let engine = Engine::builtin_rules();
     let naive = naive::Naive::new(engine.ruleset());
     let mut compared = 0;
     for s in corpus::corpus(5_000, 3) {
@@ -78,7 +78,7 @@ fn naive_baseline_agrees_on_plain_messages() {
 /// same verdicts.
 #[test]
 fn body_fields_read_from_text_or_tree_agree() {
-    let fast = Engine::builtin();
+    let fast = Engine::builtin_rules();
     let rules = "rule ops.tree when body.never.there == \"x\" => timeout\n".to_string();
     let build = build_layers(
         vec![("ops".into(), vec![("ops.rules".into(), rules.into_bytes())])],
@@ -149,7 +149,7 @@ fn arbitrary_inputs_do_not_panic_and_agree() {
         "Request ID: req_1",
         "unknown error (no error details in response)",
     ];
-    let engine = Engine::builtin();
+    let engine = Engine::builtin_rules();
     let mut x = 0x853c_49e6_748f_ea9bu64;
     let mut next = move || {
         x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);

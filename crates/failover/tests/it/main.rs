@@ -6,6 +6,7 @@
 //! `no_alloc`'s counting allocator is this binary's global allocator.
 
 mod diagnostics;
+mod evidence;
 mod field_corpus;
 mod no_alloc;
 #[cfg(all(feature = "sqlite", feature = "redis"))]

@@ -1,0 +1,172 @@
+//! The evidence model's own tests: the optimiser against known optima
+//! and finite differences, the file format against damage.
+
+use super::features::Input;
+use super::train::{self, Example, Options};
+use super::*;
+
+fn ex(features: &[(u32, f32)], label: usize) -> Example {
+    Example {
+        vector: features.to_vec(),
+        label,
+    }
+}
+
+#[test]
+fn the_gradient_agrees_with_finite_differences() {
+    let examples = vec![
+        ex(&[(0, 1.0), (2, 0.5)], 0),
+        ex(&[(1, 1.0), (2, 0.5)], 1),
+        ex(&[(0, 0.3), (1, 0.7)], 2),
+        ex(&[(2, 1.0)], 1),
+    ];
+    let classes = 3;
+    let params = (3 + 1) * classes;
+    let theta: Vec<f64> = (0..params)
+        .map(|i| ((i * 37 % 11) as f64 - 5.0) / 7.0)
+        .collect();
+    let (_, grad) = train::objective_for_test(&examples, classes, 0.1, &theta);
+    for i in 0..params {
+        let h = 1e-6;
+        let mut up = theta.clone();
+        up[i] += h;
+        let mut down = theta.clone();
+        down[i] -= h;
+        let numeric = (train::objective_for_test(&examples, classes, 0.1, &up).0
+            - train::objective_for_test(&examples, classes, 0.1, &down).0)
+            / (2.0 * h);
+        assert!(
+            (numeric - grad[i]).abs() < 1e-6,
+            "parameter {i}: {numeric} vs {}",
+            grad[i]
+        );
+    }
+}
+
+#[test]
+fn with_no_features_and_no_penalty_the_optimum_is_the_class_frequencies() {
+    // The known optimum of a bias-only multinomial model: softmax(b) is
+    // the empirical distribution of the labels.
+    let examples: Vec<Example> = [0, 0, 0, 1, 2, 2, 2, 2]
+        .iter()
+        .map(|&y| ex(&[], y))
+        .collect();
+    let model = train::train(
+        &examples,
+        vec!["a".into(), "b".into(), "c".into()],
+        Options {
+            lambda: 0.0,
+            ..Options::default()
+        },
+    );
+    let p = model.predict(&Input::default());
+    let want = [3.0 / 8.0, 1.0 / 8.0, 4.0 / 8.0];
+    for (got, want) in p.probabilities().iter().zip(want) {
+        assert!((got - want).abs() < 1e-4, "{:?}", p.probabilities());
+    }
+}
+
+fn toy() -> Model {
+    let items = [
+        ("rate limit exceeded, slow down", Some(429), 0),
+        ("too many requests per minute", Some(429), 0),
+        ("your credit balance is too low", Some(400), 1),
+        ("insufficient balance, please top up", Some(402), 1),
+        ("请求过于频繁", None, 0),
+        ("账户余额不足", None, 1),
+    ];
+    let examples: Vec<Example> = items
+        .iter()
+        .map(|(text, status, y)| Example {
+            vector: vector(&Input {
+                text,
+                status: *status,
+                ..Input::default()
+            }),
+            label: *y,
+        })
+        .collect();
+    train::train(
+        &examples,
+        vec!["rate_limit".into(), "billing".into()],
+        Options::default(),
+    )
+}
+
+#[test]
+fn a_trained_model_reads_unseen_wording_of_a_family() {
+    let m = toy();
+    let p = m.predict(&Input {
+        text: "balance too low to continue",
+        status: Some(400),
+        ..Input::default()
+    });
+    assert_eq!(m.reasons()[p.top().0], "billing", "{:?}", p.probabilities());
+    let p = m.predict(&Input {
+        text: "余额不足，请充值",
+        ..Input::default()
+    });
+    assert_eq!(m.reasons()[p.top().0], "billing", "{:?}", p.probabilities());
+    let sum: f32 = p.probabilities().iter().sum();
+    assert!((sum - 1.0).abs() < 1e-5);
+}
+
+#[test]
+fn training_is_deterministic_and_the_file_round_trips() {
+    let a = toy().to_bytes();
+    let b = toy().to_bytes();
+    assert_eq!(a, b, "the same items give the same bytes");
+    let back = Model::from_bytes(&a).unwrap();
+    assert_eq!(back, toy());
+    assert_eq!(back.to_bytes(), a);
+}
+
+#[test]
+fn a_damaged_or_foreign_file_is_an_error_never_a_panic() {
+    let bytes = toy().to_bytes();
+    assert_eq!(
+        Model::from_bytes(b"{\"not\": \"a model\"}"),
+        Err(ModelError::NotAModel)
+    );
+    assert_eq!(Model::from_bytes(b""), Err(ModelError::NotAModel));
+    let mut other = bytes.clone();
+    other[8] = 9;
+    assert_eq!(Model::from_bytes(&other), Err(ModelError::Version(9)));
+    for cut in 0..bytes.len() {
+        assert!(Model::from_bytes(&bytes[..cut]).is_err(), "cut at {cut}");
+    }
+    for at in (8..bytes.len()).step_by(7) {
+        let mut flipped = bytes.clone();
+        flipped[at] ^= 0x40;
+        assert!(Model::from_bytes(&flipped).is_err(), "flip at {at}");
+    }
+}
+
+#[test]
+fn an_explanation_names_features_as_text() {
+    let m = toy();
+    let input = Input {
+        text: "rate limit exceeded",
+        status: Some(429),
+        ..Input::default()
+    };
+    let w = m.weighed(&input, 0, 10);
+    assert_eq!(w.len(), 10);
+    assert!(w.windows(2).all(|p| p[0].weight >= p[1].weight));
+    assert!(
+        w.iter()
+            .any(|f| f.feature.contains("limit") || f.feature.contains("429")),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn cosine_of_a_vector_with_itself_is_one() {
+    let v = vector(&Input {
+        text: "model not found",
+        status: Some(404),
+        ..Input::default()
+    });
+    assert!((cosine(&v, &v) - 1.0).abs() < 1e-5);
+    assert_eq!(cosine(&v, &[]), 0.0);
+}
