@@ -57,7 +57,7 @@ mod upstream;
 mod upstreams;
 
 pub use errors::Error;
-pub use reload::{Sources, Stores};
+pub use reload::{ModelFlags, Sources, Stores};
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -678,6 +678,9 @@ fn count_attempts(gw: &Gateway, set: &ActiveSet, attempts: &[failover::AttemptRe
             outcome,
             a.reason.as_deref().unwrap_or("none"),
         );
+        if let Some(by) = a.decided_by {
+            gw.metrics.classification(by);
+        }
         if a.probe {
             gw.metrics.probe(if a.outcome == AttemptOutcome::Succeeded {
                 "succeeded"

@@ -26,6 +26,7 @@ pub(crate) mod names {
     pub(crate) const PREFIX: &str = "failover";
     pub(crate) const REQUESTS: &str = "requests";
     pub(crate) const ATTEMPTS: &str = "attempts";
+    pub(crate) const CLASSIFICATIONS: &str = "classifications";
     pub(crate) const FALLBACKS: &str = "fallbacks";
     pub(crate) const WINDOWS_STARTED: &str = "windows_started";
     pub(crate) const PROFILES_COOLING: &str = "profiles_cooling";
@@ -51,6 +52,11 @@ struct AttemptLabels {
     model: String,
     outcome: &'static str,
     reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecidedByLabels {
+    decided_by: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -96,6 +102,7 @@ pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     attempts: Family<AttemptLabels, Counter>,
+    classifications: Family<DecidedByLabels, Counter>,
     fallbacks: Counter,
     windows: Family<KindLabels, Counter>,
     cooling: Family<ProviderLabels, Gauge>,
@@ -132,6 +139,12 @@ impl Metrics {
             ATTEMPTS,
             "Upstream attempts (and skipped candidates) by provider, model, outcome and reason",
             attempts.clone(),
+        );
+        let classifications = Family::<DecidedByLabels, Counter>::default();
+        registry.register(
+            CLASSIFICATIONS,
+            "Classified upstream failures by the step of the precedence that gave the reason: rule, model, status_rule, none (docs/model.md)",
+            classifications.clone(),
         );
         let fallbacks = Counter::default();
         registry.register(
@@ -201,6 +214,7 @@ impl Metrics {
             registry,
             requests,
             attempts,
+            classifications,
             fallbacks,
             windows,
             cooling,
@@ -230,6 +244,20 @@ impl Metrics {
                 outcome,
                 reason: reason.to_string(),
             })
+            .inc();
+    }
+
+    /// A failure classified: which step decided (`rule`, `model`,
+    /// `status rule`, `none`; the label spells the third `status_rule`).
+    pub(crate) fn classification(&self, by: &str) {
+        let decided_by = match by {
+            "rule" => "rule",
+            "model" => "model",
+            "status rule" => "status_rule",
+            _ => "none",
+        };
+        self.classifications
+            .get_or_create(&DecidedByLabels { decided_by })
             .inc();
     }
 

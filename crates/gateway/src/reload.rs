@@ -44,6 +44,21 @@ pub struct Sources {
     pub rules: Vec<PathBuf>,
     /// Leave the embedded default rules out.
     pub no_defaults: bool,
+    /// The command line's choice of evidence model, over the config's
+    /// `classify:` block.
+    pub model: ModelFlags,
+}
+
+/// `serve --model-file FILE`, `--no-model`, `--min-confidence P`: they win over
+/// the config's `classify:` block (docs/model.md).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModelFlags {
+    /// A model file to consult instead of the configured one.
+    pub model: Option<PathBuf>,
+    /// Consult no model.
+    pub no_model: bool,
+    /// The threshold, over `classify.minConfidence`.
+    pub min_confidence: Option<f32>,
 }
 
 /// One state backend per agent (the config's `state:` block, SQLite by
@@ -284,11 +299,20 @@ pub(crate) fn build(
     let build = failover::rules::build(&sources.rules, !sources.no_defaults)
         .map_err(|e| Error::invalid(format!("error: {e}")))?;
     let engine = Engine::from_build(build).map_err(|d| Error::invalid(d.render()))?;
+    let classify = upstreams::classify_settings(&loaded.text).map_err(|problems| {
+        let mut out = String::new();
+        for p in problems {
+            out.push_str(&format!("error: {p}\n --> {}\n", loaded.name));
+        }
+        Error::invalid(out)
+    })?;
+    let (engine, model_bytes) = with_model(engine, sources, &classify)?;
     let engine = Arc::new(engine);
     let config = Arc::new(loaded.config);
 
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     loaded.text.hash(&mut hasher);
+    model_bytes.hash(&mut hasher);
     for (_, f) in engine.sources().files() {
         f.name().hash(&mut hasher);
         f.text().hash(&mut hasher);
@@ -382,10 +406,73 @@ pub(crate) fn build(
     })
 }
 
+/// The model file a set reads, when it reads one from disk: the flag's,
+/// else the config's (relative to the config file's directory).
+fn model_path(sources: &Sources, classify: &upstreams::ClassifySettings) -> Option<PathBuf> {
+    if sources.model.no_model {
+        return None;
+    }
+    if let Some(p) = &sources.model.model {
+        return Some(p.clone());
+    }
+    match &classify.model {
+        upstreams::ModelSetting::Path(p) if p.is_relative() => Some(
+            sources
+                .config
+                .parent()
+                .map_or_else(|| p.clone(), |dir| dir.join(p)),
+        ),
+        upstreams::ModelSetting::Path(p) => Some(p.clone()),
+        _ => None,
+    }
+}
+
+/// Attaches the evidence model the flags and the config choose; a model
+/// file that cannot be used refuses the set (so a reload keeps the running
+/// one). Returns the file's bytes for the set's hash.
+fn with_model(
+    engine: Engine,
+    sources: &Sources,
+    classify: &upstreams::ClassifySettings,
+) -> Result<(Engine, Vec<u8>), Error> {
+    let threshold = sources
+        .model
+        .min_confidence
+        .or(classify.min_confidence)
+        .unwrap_or(failover::evidence::DEFAULT_MIN_CONFIDENCE);
+    if sources.model.no_model {
+        return Ok((engine, Vec::new()));
+    }
+    if let Some(path) = model_path(sources, classify) {
+        let model = failover::evidence::read_file(&path)
+            .map_err(|e| Error::invalid(format!("error: classify.model: {e}\n")))?;
+        let bytes = model.to_bytes();
+        return Ok((engine.with_model(Arc::new(model), threshold), bytes));
+    }
+    let builtin = match classify.model {
+        upstreams::ModelSetting::Off => false,
+        upstreams::ModelSetting::Builtin => true,
+        _ => !sources.no_defaults,
+    };
+    Ok(if builtin {
+        (
+            engine.with_model(failover::evidence::builtin(), threshold),
+            threshold.to_le_bytes().to_vec(),
+        )
+    } else {
+        (engine, Vec::new())
+    })
+}
+
 /// The files a set is read from, with their modification times and sizes
 /// (for `--watch`).
 pub(crate) fn fingerprint(sources: &Sources) -> Vec<(PathBuf, Option<std::time::SystemTime>, u64)> {
     let mut paths = vec![sources.config.clone()];
+    let classify = std::fs::read_to_string(&sources.config)
+        .ok()
+        .and_then(|t| upstreams::classify_settings(&t).ok())
+        .unwrap_or_default();
+    paths.extend(model_path(sources, &classify));
     for d in &sources.rules {
         if let Ok(files) = failover::rules::files_with_suffix(d, ".rules") {
             paths.extend(files);

@@ -188,6 +188,86 @@ impl ServeSettings {
     };
 }
 
+/// Which evidence model the gateway consults (the config's `classify:`
+/// block; docs/model.md).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) enum ModelSetting {
+    /// Not written: the embedded model, unless the default rules are left
+    /// out (`--no-defaults`).
+    #[default]
+    Unset,
+    /// `builtin`: the embedded model.
+    Builtin,
+    /// `off`: the rules alone.
+    Off,
+    /// A model file from `failover model train`, relative to the config
+    /// file's directory.
+    Path(std::path::PathBuf),
+}
+
+/// The config's `classify:` block.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct ClassifySettings {
+    /// `model`.
+    pub(crate) model: ModelSetting,
+    /// `minConfidence`: the probability the model's top reason needs.
+    pub(crate) min_confidence: Option<f32>,
+}
+
+/// Reads the config's `classify:` block; problems name their key path.
+pub(crate) fn classify_settings(text: &str) -> Result<ClassifySettings, Vec<UpstreamProblem>> {
+    let mut out = ClassifySettings::default();
+    let mut problems = Vec::new();
+    let Ok(mut root) = serde_yaml::from_str::<Value>(text) else {
+        return Ok(out);
+    };
+    let _ = root.apply_merge();
+    let Some(block) = root.as_mapping().and_then(|r| get(r, "classify")) else {
+        return Ok(out);
+    };
+    let map = match block {
+        Value::Mapping(m) => m,
+        Value::Null => return Ok(out),
+        _ => {
+            return Err(vec![UpstreamProblem {
+                path: "classify".into(),
+                message: "expected a mapping (`model`, `minConfidence`)".into(),
+            }])
+        }
+    };
+    for (k, v) in map {
+        let Some(name) = key_of(k) else { continue };
+        let path = format!("classify.{name}");
+        match name {
+            "model" => match v.as_str() {
+                Some("builtin") => out.model = ModelSetting::Builtin,
+                Some("off") => out.model = ModelSetting::Off,
+                Some(p) if !p.trim().is_empty() => out.model = ModelSetting::Path(p.into()),
+                _ => problems.push(UpstreamProblem {
+                    path,
+                    message: "expected `builtin`, `off` or the path of a model file".into(),
+                }),
+            },
+            "minConfidence" => match v.as_f64() {
+                Some(p) if (0.0..=1.0).contains(&p) => out.min_confidence = Some(p as f32),
+                _ => problems.push(UpstreamProblem {
+                    path,
+                    message: "expected a probability between 0 and 1".into(),
+                }),
+            },
+            _ => problems.push(UpstreamProblem {
+                path,
+                message: "unknown key: expected `model` or `minConfidence`".into(),
+            }),
+        }
+    }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(problems)
+    }
+}
+
 /// Every upstream of a config, by provider id.
 #[derive(Clone, Debug, Default)]
 pub struct Upstreams {

@@ -125,6 +125,7 @@ models:
             state: dir.join("state"),
             rules: Vec::new(),
             no_defaults: false,
+            model: Default::default(),
         },
         listen: "127.0.0.1:0".into(),
         watch: false,

@@ -301,6 +301,7 @@ async fn r5_api_key_literal_refused_env_reference_used() {
             state: dir.join("state"),
             rules: vec![],
             no_defaults: false,
+            model: Default::default(),
         },
         listen: "127.0.0.1:0".into(),
         watch: false,

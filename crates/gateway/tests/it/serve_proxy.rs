@@ -75,6 +75,7 @@ async fn gateway(name: &str, prim: &Mock, back: &Mock) -> failover_gateway::Runn
             state: dir.join("state"),
             rules: Vec::new(),
             no_defaults: false,
+            model: Default::default(),
         },
         listen: "127.0.0.1:0".into(),
         watch: false,

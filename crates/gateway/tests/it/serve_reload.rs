@@ -113,6 +113,7 @@ async fn readme_example_config_is_serve_ready() {
         state: dir.clone(),
         rules: vec![],
         no_defaults: false,
+        model: Default::default(),
     })
     .unwrap_or_else(|e| panic!("{e}"));
     let set = gw.active();
@@ -122,5 +123,84 @@ async fn readme_example_config_is_serve_ready() {
         "https://api.anthropic.com/v1/messages"
     );
     assert!(set.models.contains(&"coder".to_string()));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+// Issue 34: the config's `classify:` block chooses the evidence model
+// and its threshold; a model file that cannot be used refuses the set
+// with its key path and the file named (docs/model.md).
+#[test]
+fn classify_block_chooses_the_model_and_refuses_a_bad_file() {
+    let dir = temp_dir("classify");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let base = std::fs::read_to_string(root.join("examples/gateway.yaml")).unwrap();
+    let open = |classify: &str, flags: failover_gateway::ModelFlags| {
+        let config = dir.join("gateway.yaml");
+        std::fs::write(&config, format!("{base}\n{classify}\n")).unwrap();
+        failover_gateway::Gateway::new(failover_gateway::Sources {
+            config,
+            state: dir.clone(),
+            rules: vec![],
+            no_defaults: false,
+            model: flags,
+        })
+    };
+    let threshold =
+        |gw: &std::sync::Arc<failover_gateway::Gateway>| gw.active().engine.model().map(|(_, t)| t);
+    let flags = failover_gateway::ModelFlags::default;
+
+    let gw = open("", flags()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        threshold(&gw),
+        Some(failover::evidence::DEFAULT_MIN_CONFIDENCE),
+        "the embedded model by default"
+    );
+    let gw = open("classify: {model: off}", flags()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(threshold(&gw), None);
+    let gw = open("classify: {minConfidence: 0.7}", flags()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(threshold(&gw), Some(0.7));
+    let over = failover_gateway::ModelFlags {
+        min_confidence: Some(0.8),
+        ..flags()
+    };
+    let gw = open("classify: {minConfidence: 0.7}", over).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(threshold(&gw), Some(0.8), "the command line wins");
+    let off = failover_gateway::ModelFlags {
+        no_model: true,
+        ..flags()
+    };
+    let gw = open("classify: {model: builtin}", off).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(threshold(&gw), None);
+
+    // A model file beside the config, by a relative path.
+    std::fs::copy(root.join("models/default.model"), dir.join("ops.model")).unwrap();
+    let gw = open("classify: {model: ops.model}", flags()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(threshold(&gw).is_some());
+
+    let err = open("classify: {model: missing.model}", flags())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("classify.model: cannot read the model `") && err.contains("missing.model"),
+        "{err}"
+    );
+    std::fs::write(dir.join("bad.model"), b"FOVMODEL\x01\x00\x00\x00garbage").unwrap();
+    let err = open("classify: {model: bad.model}", flags())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("classify.model: cannot use the model") && err.contains("damaged"),
+        "{err}"
+    );
+    let err = open("classify: {minConfidence: 2}", flags())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("classify.minConfidence") && err.contains("between 0 and 1"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

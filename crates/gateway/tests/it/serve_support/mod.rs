@@ -439,6 +439,7 @@ impl Gw {
                 state: dir.join("state"),
                 rules: s.rules.clone(),
                 no_defaults: false,
+                model: Default::default(),
             },
             listen: "127.0.0.1:0".into(),
             watch: s.watch,
