@@ -9,6 +9,7 @@ mod classify;
 mod fmt;
 mod lsp;
 mod manual;
+mod model;
 mod serve;
 mod simulate;
 mod state;
@@ -82,6 +83,9 @@ enum Command {
     Lsp(lsp::LspArgs),
     /// Export or import an agent's routing state and sessions (move them between backends).
     State(state::StateArgs),
+    /// Train the evidence model on labelled errors (field corpora, golden cases).
+    #[command(subcommand)]
+    Model(model::ModelCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(manual::CompletionsArgs),
     /// Print the man page (generated from this command line's definition).
@@ -96,9 +100,54 @@ pub(crate) struct RulesArgs {
     /// (repeatable; earlier directories take precedence).
     #[arg(long = "rules", value_name = "DIR")]
     pub(crate) dirs: Vec<PathBuf>,
-    /// Do not load the embedded default ruleset.
+    /// Do not load the embedded default ruleset (nor, unless
+    /// `--model-file` names one, the embedded model).
     #[arg(long)]
     pub(crate) no_defaults: bool,
+    /// A model file from `failover model train` to consult where no text
+    /// rule decides, instead of the embedded one (docs/model.md). (`--model`
+    /// is the model of a request or an error in `classify` and `chain`.)
+    #[arg(long = "model-file", value_name = "FILE", conflicts_with = "no_model")]
+    pub(crate) model: Option<PathBuf>,
+    /// Consult no model: the rules alone decide, exactly as without one.
+    #[arg(long)]
+    pub(crate) no_model: bool,
+    /// The probability the model's top reason needs to decide (0–1)
+    /// [default: 0.9].
+    #[arg(long, value_name = "P", value_parser = probability)]
+    pub(crate) min_confidence: Option<f32>,
+}
+
+fn probability(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("`{s}` is not a probability between 0 and 1")),
+    }
+}
+
+impl RulesArgs {
+    /// The model these flags choose and its threshold: `--model-file FILE`,
+    /// none with `--no-model` (or `--no-defaults` alone), else the
+    /// embedded one.
+    pub(crate) fn model(
+        &self,
+    ) -> Result<Option<(std::sync::Arc<failover::evidence::Model>, f32)>, Stop> {
+        let threshold = self
+            .min_confidence
+            .unwrap_or(failover::evidence::DEFAULT_MIN_CONFIDENCE);
+        if self.no_model {
+            return Ok(None);
+        }
+        if let Some(path) = &self.model {
+            return read_model(path).map(|m| Some((std::sync::Arc::new(m), threshold)));
+        }
+        Ok((!self.no_defaults).then(|| (failover::evidence::builtin(), threshold)))
+    }
+}
+
+/// Reads a model file: a clear error for a missing, damaged or foreign one.
+pub(crate) fn read_model(path: &std::path::Path) -> Result<failover::evidence::Model, Stop> {
+    failover::evidence::read_file(path).map_err(|e| Stop::Usage(UsageError(e.to_string())))
 }
 
 /// Runs the command line and returns the process exit code.
@@ -134,6 +183,7 @@ pub(crate) fn main() -> i32 {
         Command::Fmt(args) => fmt::run(&args),
         Command::Lsp(args) => lsp::run(&args),
         Command::State(args) => state::run(&args),
+        Command::Model(cmd) => model::run(&cmd),
         Command::Completions(args) => manual::completions(&args),
         Command::Man(args) => manual::man(&args),
     };
@@ -208,10 +258,14 @@ pub(crate) type CmdResult = Result<i32, Stop>;
 pub(crate) fn load_engine(rules: &RulesArgs) -> Result<Engine, Stop> {
     // Warnings are `check`'s to show: the lints are not run here.
     let build = load::build_unlinted(&rules.dirs, !rules.no_defaults)?;
-    Engine::from_build(build).map_err(|d| {
+    let engine = Engine::from_build(build).map_err(|d| {
         eprint!("{}", paint_diagnostics(&d.render()));
         eprintln!("error: the rules have errors; run `failover check` for details");
         Stop::Reported(1)
+    })?;
+    Ok(match rules.model()? {
+        Some((model, threshold)) => engine.with_model(model, threshold),
+        None => engine,
     })
 }
 

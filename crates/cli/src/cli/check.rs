@@ -72,9 +72,51 @@ pub(super) fn run(args: &CheckArgs) -> CmdResult {
         if let Some(plan) = build.render_plan() {
             println!();
             print!("{plan}");
+            print!("{}", precedence(&build, &args.rules)?);
         }
     }
     Ok(i32::from(failed))
+}
+
+/// The precedence of a verdict (docs/model.md), with this build's numbers.
+fn precedence(build: &failover::rules::Build, rules: &RulesArgs) -> Result<String, super::Stop> {
+    use std::fmt::Write as _;
+    let status = build.status_rules();
+    let mut out = String::from("\nprecedence of a verdict:\n");
+    let _ = writeln!(
+        out,
+        "  1. a text rule (testing message, body, code or type): {} of {} rules; the first that holds decides",
+        build.rule_count() - status.len(),
+        build.rule_count()
+    );
+    match rules.model()? {
+        Some((model, threshold)) => {
+            let what = match &rules.model {
+                Some(p) => crate::syntax::display_name(p),
+                None => "the embedded model".into(),
+            };
+            let _ = writeln!(
+                out,
+                "  2. otherwise {what} ({} reasons, trained on {} labelled errors) decides when its top reason has p >= {threshold:.2}",
+                model.reasons().len(),
+                model.trained().items
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "  2. (no model: --no-model, or --no-defaults without --model)"
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  3. otherwise a status rule (status and/or provider only; {}): {}",
+        status.len(),
+        status.join(", ")
+    );
+    let _ = writeln!(out, "  4. otherwise `unclassified`");
+    Ok(out)
 }
 
 pub(crate) fn plural(n: usize) -> &'static str {

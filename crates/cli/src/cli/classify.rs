@@ -141,12 +141,41 @@ fn classify_one(engine: &Engine, args: &ClassifyArgs) -> i32 {
     if args.explain {
         let (c, ex) = engine.explain(&err);
         print!("{}", render_explanation(engine, &c, &ex));
+        if ex.model.is_some() && !args.rules.no_defaults {
+            print!("{}", nearest_examples(engine, &err));
+        }
     } else {
         let c = engine.classify(&err);
         let mut out = io::stdout().lock();
         let _ = writeln!(out, "{}", stream::verdict_line(&c));
     }
     0
+}
+
+/// The three labelled errors of the embedded corpus and cases nearest to
+/// `err` in the model's feature space, with their sources.
+fn nearest_examples(engine: &Engine, err: &ProviderError) -> String {
+    use std::fmt::Write as _;
+    let fields: Vec<failover::field::FieldFile> = crate::embedded::DEFAULT_FIELD
+        .iter()
+        .filter_map(|(n, t)| failover::field::parse(n, t).ok())
+        .collect();
+    let cases: Vec<failover::golden::CaseFile> = crate::embedded::DEFAULT_CASES
+        .iter()
+        .filter_map(|(n, t)| failover::golden::parse_cases(n, t).ok())
+        .collect();
+    let items = failover::learn::labelled(&fields, &cases);
+    let mut out = String::from("  nearest labelled examples:\n");
+    for (score, l) in failover::learn::nearest(engine, err, &items, 3) {
+        let _ = writeln!(
+            out,
+            "    {score:.2}  {}  {}\n          {}",
+            l.labels.join(" or "),
+            l.origin,
+            l.source.unwrap_or("-")
+        );
+    }
+    out
 }
 
 /// The per-reason summary printed on stderr after a stream.

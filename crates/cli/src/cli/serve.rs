@@ -54,6 +54,11 @@ pub(super) fn run(args: &ServeArgs) -> CmdResult {
             state: args.state.clone(),
             rules: args.rules.dirs.clone(),
             no_defaults: args.rules.no_defaults,
+            model: failover_gateway::ModelFlags {
+                model: args.rules.model.clone(),
+                no_model: args.rules.no_model,
+                min_confidence: args.rules.min_confidence,
+            },
         },
         listen: args.listen.clone(),
         watch: args.watch,

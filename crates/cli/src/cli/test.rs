@@ -18,6 +18,7 @@ use super::{load_engine, CmdResult, RulesArgs};
 use crate::syntax::display_name;
 use failover::field::{self, FieldFile};
 use failover::golden::{self, CaseFile, CasesError, Scope};
+use failover::learn;
 use failover::rules as load;
 
 #[derive(Args, Debug)]
@@ -44,7 +45,7 @@ pub(super) struct TestArgs {
     /// default: `added.cases.yaml` in the first `--rules` directory.
     #[arg(long, value_name = "FILE", requires = "add_from")]
     pub add_to: Option<PathBuf>,
-    /// Print one JSON document (schema `failover.test/1`, docs/json.md)
+    /// Print one JSON document (schema `failover.test/2`, docs/json.md)
     /// instead of the tables.
     #[arg(long)]
     pub json: bool,
@@ -124,21 +125,34 @@ fn read(path: &std::path::Path, limit: u64) -> Result<String, UsageError> {
 /// embedded one when the defaults are in use (it labels what providers
 /// send, which the default rules are written for).
 pub(super) fn field_files(args: &TestArgs) -> Result<Vec<FieldFile>, UsageError> {
-    let mut files = Vec::new();
     if args.no_field {
-        return Ok(files);
+        return Ok(Vec::new());
     }
-    if !args.field.is_empty() {
-        for dir in &args.field {
-            for path in load::files_with_suffix(dir, ".yaml")? {
-                let text = read(&path, golden::MAX_CASES_BYTES)?;
-                files.push(field::parse(&display_name(&path), &text).map_err(UsageError)?);
-            }
+    field_dirs(&args.field, args.rules.no_defaults, false)
+}
+
+/// The field files of `dirs`; the embedded corpus when no directory is
+/// given (or, with `and_defaults`, besides them), unless `no_defaults`.
+pub(super) fn field_dirs(
+    dirs: &[PathBuf],
+    no_defaults: bool,
+    and_defaults: bool,
+) -> Result<Vec<FieldFile>, UsageError> {
+    let mut files = Vec::new();
+    for dir in dirs {
+        let before = files.len();
+        for path in load::files_with_suffix(dir, ".yaml")? {
+            let text = read(&path, golden::MAX_CASES_BYTES)?;
+            files.push(field::parse(&display_name(&path), &text).map_err(UsageError)?);
         }
-        if files.is_empty() {
-            return Err(UsageError("no field-corpus `*.yaml` files found".into()));
+        if files.len() == before {
+            return Err(UsageError(format!(
+                "no field-corpus `*.yaml` files found in `{}`",
+                display_name(dir)
+            )));
         }
-    } else if !args.rules.no_defaults {
+    }
+    if !no_defaults && (dirs.is_empty() || and_defaults) {
         for (name, text) in crate::embedded::DEFAULT_FIELD {
             files.push(field::parse(name, text).map_err(UsageError)?);
         }
@@ -176,9 +190,23 @@ pub(super) fn run(args: &TestArgs) -> CmdResult {
         return accept(&files, &report, args.yes);
     }
     let field_files = field_files(args)?;
+    // The field report is the rules' (a model would be judged on what it
+    // learned from); the model is measured by cross-validation beside it.
+    let threshold = engine.model().map(|(_, t)| t);
+    let rules_only = engine.without_model();
     let field =
-        (!field_files.is_empty()).then(|| field::run(&engine, &field_files, args.field_floor));
-    let passed = report.passed() && field.as_ref().is_none_or(|f| f.passed());
+        (!field_files.is_empty()).then(|| field::run(&rules_only, &field_files, args.field_floor));
+    // The cross-validation trains the model ten times (some seconds): it
+    // runs with the whole report, not for an operator's own cases.
+    let whole = args.field_report || args.all || args.rules.dirs.is_empty();
+    let evaluation = match (&field, threshold) {
+        (Some(_), Some(threshold)) if whole || args.json => {
+            Some(evaluate(args, &rules_only, &field_files, threshold)?)
+        }
+        _ => None,
+    };
+    let field_passed = field.as_ref().is_none_or(|f| f.passed());
+    let passed = report.passed() && field_passed;
     if args.json {
         let scope = match scope {
             Scope::All => "all",
@@ -196,21 +224,71 @@ pub(super) fn run(args: &TestArgs) -> CmdResult {
         doc["field"] = field
             .as_ref()
             .map_or(serde_json::Value::Null, field::report_json);
+        if let (Some(f), Some(e)) = (doc["field"].as_object_mut(), &evaluation) {
+            f.insert("model".into(), learn::evaluation_json(e));
+        }
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else {
         print!("{}", super::paint_report(&golden::render_report(&report)));
         if let Some(field) = &field {
             println!();
-            let whole = args.field_report || args.all || args.rules.dirs.is_empty();
+            if threshold.is_some() {
+                println!("the rules alone on the field corpus:");
+            }
             if whole {
                 print!("{}", field::render(field));
             } else {
                 print!("{}", field::render_summary(field));
                 println!("(the whole field report: --field-report)");
             }
+            if let Some(e) = &evaluation {
+                let limit = if args.field_report { usize::MAX } else { 10 };
+                print!("{}", learn::render(e, limit));
+            } else if threshold.is_some() {
+                println!("(the evidence model, cross-validated: --field-report)");
+            }
         }
     }
     Ok(if passed { 0 } else { 1 })
+}
+
+/// The evidence model measured honestly: cross-validated on the field
+/// corpus in use (golden cases of every layer always train), and — on the
+/// embedded corpus — on the embedded held-out set, with a model trained
+/// on everything. Progress goes to stderr: it takes some seconds.
+fn evaluate(
+    args: &TestArgs,
+    rules_only: &failover::Engine,
+    field_files: &[FieldFile],
+    threshold: f32,
+) -> Result<learn::Evaluation, super::Stop> {
+    let cases: Vec<CaseFile> = match case_files(&args.rules, true)? {
+        Ok(files) => files.into_iter().map(|l| l.file).collect(),
+        Err(_) => Vec::new(),
+    };
+    let holdout: Vec<FieldFile> = if args.field.is_empty() && !args.rules.no_defaults {
+        crate::embedded::DEFAULT_HOLDOUT
+            .iter()
+            .map(|(name, text)| field::parse(name, text))
+            .collect::<Result<_, _>>()
+            .map_err(UsageError)?
+    } else {
+        Vec::new()
+    };
+    let items = learn::labelled(field_files, &cases);
+    let held = learn::labelled(&holdout, &[]);
+    if std::io::stderr().is_terminal() {
+        eprintln!("cross-validating the evidence model (10 folds) …");
+    }
+    learn::evaluate(
+        rules_only,
+        &items,
+        &held,
+        10,
+        threshold,
+        failover::evidence::train::Options::default(),
+    )
+    .map_err(|e| UsageError(e.to_string()).into())
 }
 
 /// Cases files with problems: their diagnostics, exit 1.

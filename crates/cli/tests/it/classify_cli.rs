@@ -78,7 +78,7 @@ fn reads_standard_input_and_missing_files_are_usage_errors() {
     let o = child.wait_with_output().unwrap();
     assert_eq!(
         stdout(&o).trim(),
-        r#"{"reason":"overloaded","rule":"overloaded.text","failover":true}"#
+        r#"{"reason":"overloaded","rule":"overloaded.text","decided_by":"rule","failover":true}"#
     );
 
     let o = failover(&["classify", "no/such/file.jsonl"]);

@@ -20,6 +20,7 @@ mod cli_pipes;
 mod config_secrets;
 mod fmt;
 mod lsp;
+mod model_cli;
 mod module_graph;
 mod readme_walkthrough;
 mod serve_reload_cli;

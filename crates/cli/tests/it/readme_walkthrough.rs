@@ -188,3 +188,49 @@ fn readme_runner_example_is_the_compiled_embedder() {
         );
     }
 }
+
+// Issue 35: every example output in the README is what the command prints
+// now — the classify line, the field corpus summary, the evidence model's
+// rows — so none can drift.
+#[test]
+fn readme_example_outputs_are_what_the_commands_print() {
+    let root = crate::repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_failover"))
+            .args(args)
+            .current_dir(&root)
+            .output()
+            .unwrap();
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let block_after = |marker: &str| -> String {
+        let at = readme
+            .find(marker)
+            .unwrap_or_else(|| panic!("README lacks {marker:?}"));
+        let rest = &readme[at..];
+        let start = rest.find("```").unwrap();
+        let body = &rest[start..];
+        let body = &body[body.find('\n').unwrap() + 1..];
+        body[..body.find("```").unwrap()].to_string()
+    };
+
+    let line = block_after("The first prints one JSON line per input line:");
+    let classified = run(&["classify", "examples/errors.jsonl"]);
+    assert!(
+        classified.lines().any(|l| l == line.trim()),
+        "README's classify line is not in the output:\n{line}\n---\n{classified}"
+    );
+
+    let tested = run(&["test"]);
+    for marker in [
+        "`failover test` prints, after the golden table:",
+        "nothing trains on:",
+    ] {
+        let block = block_after(marker);
+        assert!(
+            tested.contains(block.as_str()),
+            "README's block after {marker:?} is not what `failover test` prints:\n{block}\n---\n{tested}"
+        );
+    }
+}
