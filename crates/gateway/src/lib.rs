@@ -771,7 +771,7 @@ async fn run(
                     Answer::Stream(started) => Done::Stream {
                         started,
                         upstream: up_proto,
-                        idle: up.timeouts.first_byte,
+                        idle: up.timeouts.idle,
                         total: up.timeouts.total,
                     },
                 })
@@ -866,13 +866,10 @@ fn success(
                 .and_then(|o| o.get("include_usage"))
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
+            let src = stream::Source::new(started, upstream, protocol, wants_usage, idle, total);
             let relay = stream::Relay::new(
-                started,
-                upstream,
+                src,
                 protocol,
-                wants_usage,
-                idle,
-                total,
                 stream::Recorder {
                     runner,
                     set: set.clone(),

@@ -105,25 +105,88 @@ impl Recorder {
     }
 }
 
-/// The relay of one stream (see the module documentation).
-pub(crate) struct Relay {
+/// After an OpenAI stream's last `finish_reason`, the body is given this
+/// long to end (or to bring its usage chunk) before the answer is taken
+/// as complete and the connection dropped.
+const FINISH_GRACE: Duration = Duration::from_secs(2);
+/// The same, when usage was asked for and has not come yet.
+const USAGE_GRACE: Duration = Duration::from_secs(5);
+
+/// Which choices of an OpenAI stream have finished (issue 32 item 1): the
+/// protocol's own end of an answer is every choice's `finish_reason`;
+/// `data: [DONE]` is optional.
+#[derive(Debug, Default)]
+pub(crate) struct Finish {
+    /// Choice indices seen (below 64; more choices than that are not
+    /// tracked and never complete early).
+    seen: u64,
+    finished: u64,
+    untracked: bool,
+    /// A usage chunk arrived.
+    pub usage: bool,
+    /// A choice finished with `finish_reason: "error"` (an in-band error).
+    pub error: bool,
+}
+
+impl Finish {
+    /// Reads one upstream OpenAI event.
+    pub(crate) fn note(&mut self, e: &Event) {
+        #[derive(serde::Deserialize)]
+        struct Chunk<'a> {
+            #[serde(default, borrow)]
+            choices: Vec<Choice<'a>>,
+            #[serde(default)]
+            usage: Option<serde::de::IgnoredAny>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Choice<'a> {
+            #[serde(default)]
+            index: u64,
+            #[serde(default, borrow)]
+            finish_reason: Option<std::borrow::Cow<'a, str>>,
+        }
+        let Ok(c) = serde_json::from_str::<Chunk<'_>>(&e.data) else {
+            return;
+        };
+        if c.usage.is_some() {
+            self.usage = true;
+        }
+        for ch in c.choices {
+            if ch.index >= 64 {
+                self.untracked = true;
+                continue;
+            }
+            self.seen |= 1 << ch.index;
+            match ch.finish_reason.as_deref() {
+                None => {}
+                Some("error") => self.error = true,
+                Some(_) => self.finished |= 1 << ch.index,
+            }
+        }
+    }
+
+    /// Every choice seen has finished.
+    pub(crate) fn complete(&self) -> bool {
+        !self.untracked && !self.error && self.seen != 0 && self.finished & self.seen == self.seen
+    }
+}
+
+/// The upstream stream being relayed.
+pub(crate) struct Source {
     body: BodyStream,
     parser: SseParser,
     pending: VecDeque<Event>,
     translator: StreamTranslator,
     upstream: Protocol,
-    client: Protocol,
     idle: Duration,
     deadline: tokio::time::Instant,
     started: Instant,
-    done: bool,
-    recorder: Recorder,
-    /// Held for as long as the stream runs (the concurrency limit).
-    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    finish: Finish,
+    /// The upstream was asked for a usage chunk.
+    usage_asked: bool,
 }
 
-impl Relay {
-    #[allow(clippy::too_many_arguments)]
+impl Source {
     pub(crate) fn new(
         s: Started,
         upstream: Protocol,
@@ -131,20 +194,51 @@ impl Relay {
         client_wants_usage: bool,
         idle: Duration,
         total: Duration,
-        recorder: Recorder,
-        permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Self {
-        let deadline = tokio::time::Instant::from_std(s.started) + total;
-        Relay {
+        Source {
             body: s.body,
             parser: s.parser,
             pending: s.first.into(),
             translator: StreamTranslator::new(upstream, client, client_wants_usage),
             upstream,
-            client,
             idle,
-            deadline,
+            deadline: tokio::time::Instant::from_std(s.started) + total,
             started: s.started,
+            finish: Finish::default(),
+            // The gateway asks an OpenAI upstream for usage whenever it
+            // translates for an Anthropic client (`translate`).
+            usage_asked: upstream == Protocol::OpenAi
+                && (client_wants_usage || client == Protocol::Anthropic),
+        }
+    }
+
+    /// The answer is complete by the protocol's own markers but the body
+    /// has not ended (OpenAI: every choice finished).
+    fn complete(&self) -> bool {
+        self.upstream == Protocol::OpenAi && self.finish.complete()
+    }
+}
+
+/// The relay of one stream (see the module documentation).
+pub(crate) struct Relay {
+    src: Source,
+    client: Protocol,
+    done: bool,
+    recorder: Recorder,
+    /// Held for as long as the stream runs (the concurrency limit).
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Relay {
+    pub(crate) fn new(
+        src: Source,
+        client: Protocol,
+        recorder: Recorder,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Self {
+        Relay {
+            src,
+            client,
             done: false,
             recorder,
             _permit: permit,
@@ -157,13 +251,30 @@ impl Relay {
         Bytes::from(client_error_event(self.client, &text).encode())
     }
 
+    /// The upstream ended (or went quiet, or broke) after its answer was
+    /// complete: the client gets the protocol's end as if `[DONE]` had
+    /// come, and the attempt is a success.
+    fn finish_clean(&mut self) -> Option<Bytes> {
+        let out = self.src.translator.push(Event::data("[DONE]"));
+        self.end();
+        Some(Bytes::from(encode(&out)))
+    }
+
+    fn end(&mut self) {
+        self.done = true;
+        self.recorder.metrics.upstream_latency(
+            &self.recorder.provider,
+            self.src.started.elapsed().as_secs_f64(),
+        );
+    }
+
     /// The next bytes for the client; `None` at the end.
     pub(crate) async fn next_chunk(&mut self) -> Option<Bytes> {
         loop {
             if self.done {
                 return None;
             }
-            if let Some(e) = self.pending.pop_front() {
+            if let Some(e) = self.src.pending.pop_front() {
                 if is_malformed(&e) {
                     return Some(self.cut(ProviderFailure::message(MALFORMED_EVENT)).await);
                 }
@@ -172,31 +283,56 @@ impl Relay {
                     failure.status = error_event_status(&e);
                     return Some(self.cut(failure).await);
                 }
-                let terminal = is_terminal(self.upstream, &e);
-                let out = self.translator.push(e);
+                let terminal = is_terminal(self.src.upstream, &e);
+                if self.src.upstream == Protocol::OpenAi && !terminal {
+                    self.src.finish.note(&e);
+                    if self.src.finish.error {
+                        let f = ProviderFailure::message(
+                            "upstream ended the answer with `finish_reason: error`",
+                        )
+                        .with_body(e.data.clone());
+                        return Some(self.cut(f).await);
+                    }
+                }
+                let out = self.src.translator.push(e);
                 if terminal {
-                    self.done = true;
-                    self.recorder.metrics.upstream_latency(
-                        &self.recorder.provider,
-                        self.started.elapsed().as_secs_f64(),
-                    );
+                    self.end();
                 }
                 if out.is_empty() {
                     continue;
                 }
-                let mut text = String::new();
-                for ev in &out {
-                    text.push_str(&ev.encode());
-                }
-                return Some(Bytes::from(text));
+                return Some(Bytes::from(encode(&out)));
             }
-            let wait = (tokio::time::Instant::now() + self.idle).min(self.deadline);
-            match tokio::time::timeout_at(wait, self.body.next()).await {
+            let complete = self.src.complete();
+            let idle = if complete {
+                let grace = if self.src.usage_asked && !self.src.finish.usage {
+                    USAGE_GRACE
+                } else {
+                    FINISH_GRACE
+                };
+                self.src.idle.min(grace)
+            } else {
+                self.src.idle
+            };
+            let wait = (tokio::time::Instant::now() + idle).min(self.src.deadline);
+            let next = tokio::time::timeout_at(wait, self.src.body.next()).await;
+            // Issue 32 item 1: whatever ends the body after a complete
+            // answer (its end, silence, a reset) ends the stream cleanly.
+            if complete && !matches!(next, Ok(Some(Ok(_)))) {
+                return self.finish_clean();
+            }
+            match next {
                 Err(_) => {
-                    let f = ProviderFailure::message(format!(
-                        "upstream timed out: the stream stalled for {} ms",
-                        self.idle.as_millis()
-                    ))
+                    let f = if tokio::time::Instant::now() >= self.src.deadline {
+                        ProviderFailure::message(
+                            "upstream timed out: the answer did not finish within totalMs",
+                        )
+                    } else {
+                        ProviderFailure::message(format!(
+                            "upstream timed out: the stream stalled for {} ms",
+                            self.src.idle.as_millis()
+                        ))
+                    }
                     .with_code("ETIMEDOUT");
                     return Some(self.cut(f).await);
                 }
@@ -212,8 +348,8 @@ impl Relay {
                     );
                     return Some(self.cut(f).await);
                 }
-                Ok(Some(Ok(chunk))) => match self.parser.push(&chunk) {
-                    Ok(events) => self.pending.extend(events),
+                Ok(Some(Ok(chunk))) => match self.src.parser.push(&chunk) {
+                    Ok(events) => self.src.pending.extend(events),
                     Err(msg) => return Some(self.cut(ProviderFailure::message(msg)).await),
                 },
             }
@@ -230,9 +366,45 @@ impl Relay {
     }
 }
 
+fn encode(events: &[Event]) -> String {
+    let mut text = String::new();
+    for ev in events {
+        text.push_str(&ev.encode());
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Issue 32 item 1: an OpenAI answer is complete when every choice
+    // has its finish_reason, `[DONE]` or not.
+    #[test]
+    fn finish_reasons_complete_an_openai_answer() {
+        let mut f = Finish::default();
+        assert!(!f.complete());
+        f.note(&Event::data(
+            r#"{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null},{"index":1,"delta":{"content":"b"}}]}"#,
+        ));
+        f.note(&Event::data(
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        ));
+        assert!(!f.complete(), "choice 1 is still open");
+        f.note(&Event::data(
+            r#"{"choices":[{"index":1,"delta":{},"finish_reason":"length"}]}"#,
+        ));
+        assert!(f.complete() && !f.usage);
+        f.note(&Event::data(
+            r#"{"choices":[],"usage":{"prompt_tokens":1}}"#,
+        ));
+        assert!(f.complete() && f.usage);
+        let mut e = Finish::default();
+        e.note(&Event::data(
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"error"}]}"#,
+        ));
+        assert!(e.error && !e.complete());
+    }
 
     #[test]
     fn error_events_of_both_protocols() {

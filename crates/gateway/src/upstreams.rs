@@ -8,7 +8,7 @@
 //!       baseUrl: https://api.openai.com/v1      # `/chat/completions` is appended
 //!       api: openai-completions
 //!       apiKey: "${OPENAI_API_KEY}"             # an environment reference only
-//!       timeouts: { connectMs: 5000, firstByteMs: 60000, totalMs: 600000 }
+//!       timeouts: { connectMs: 5000, firstByteMs: 60000, firstTokenMs: 60000, idleMs: 30000, totalMs: 600000 }
 //!       models: [gpt-5.2]                       # listed by GET /v1/models
 //!     anthropic:
 //!       baseUrl: https://api.anthropic.com      # `/v1/messages` is appended
@@ -76,28 +76,41 @@ impl Api {
     }
 }
 
-/// Per-provider timeouts. A first byte that does not come in time is a
-/// failure classified as `timeout` (issue 12, "Streaming").
+/// Per-provider deadlines (`timeouts`), each in milliseconds in the
+/// config. Before anything reached the client a deadline is a failure
+/// classified as `timeout` and the chain moves on; after, `idleMs` and
+/// `totalMs` break the stream, which the next candidate continues
+/// (`stream.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeouts {
-    /// TCP (and TLS) connect.
+    /// `connectMs`: TCP (and TLS) connect.
     pub connect: Duration,
-    /// From sending the request to the response head and, when streaming,
-    /// to the first event of the body.
+    /// `firstByteMs`: from sending the request to the response head and,
+    /// when streaming, to the first event of the body.
     pub first_byte: Duration,
-    /// The whole call, body included; also the longest pause between two
-    /// chunks of a stream.
+    /// `firstTokenMs`: from sending the request to the first *content* of
+    /// a stream (a text, tool-call or reasoning delta, or the end of the
+    /// answer): `message_start`, role-only chunks and pings do not count.
+    pub first_token: Duration,
+    /// `idleMs`: the longest gap between two chunks of a stream once its
+    /// content has begun.
+    pub idle: Duration,
+    /// `totalMs`: the whole attempt, body included.
     pub total: Duration,
 }
 
 impl Timeouts {
     /// Connect 10 s: a live provider answers a SYN in milliseconds. First
     /// byte 120 s: a long prompt on a slow model takes that long before the
-    /// first token. Total 10 min: the longest answer a gateway should hold
-    /// a connection for.
+    /// first token. First token and idle: the first-byte value (120 s
+    /// unless `firstByteMs` is set), so a reasoning model that thinks in
+    /// silence is not cut. Total 10 min: the longest answer a gateway
+    /// should hold a connection for.
     pub const DEFAULT: Timeouts = Timeouts {
         connect: Duration::from_secs(10),
         first_byte: Duration::from_secs(120),
+        first_token: Duration::from_secs(120),
+        idle: Duration::from_secs(120),
         total: Duration::from_secs(600),
     };
 }
@@ -466,37 +479,45 @@ fn provider(
         );
     }
     let mut timeouts = Timeouts::DEFAULT;
+    let (mut first_token, mut idle) = (None, None);
     if let Some(t) = get(map, "timeouts") {
         match t.as_mapping() {
             Some(tm) => {
                 for (k, v) in tm {
                     let Some(name) = key_of(k) else { continue };
                     let p = format!("{path}.timeouts.{name}");
-                    let slot = match name {
-                        "connectMs" => &mut timeouts.connect,
-                        "firstByteMs" => &mut timeouts.first_byte,
-                        "totalMs" => &mut timeouts.total,
+                    let Some(d) = (match name {
+                        "connectMs" | "firstByteMs" | "firstTokenMs" | "idleMs" | "totalMs" => {
+                            millis(v, &p, problems)
+                        }
                         _ => {
                             problems.push(UpstreamProblem {
                                 path: p,
-                                message:
-                                    "unknown key: expected `connectMs`, `firstByteMs` or `totalMs`"
-                                        .into(),
+                                message: "unknown key: expected `connectMs`, `firstByteMs`, `firstTokenMs`, `idleMs` or `totalMs`".into(),
                             });
                             continue;
                         }
+                    }) else {
+                        continue;
                     };
-                    if let Some(d) = millis(v, &p, problems) {
-                        *slot = d;
+                    match name {
+                        "connectMs" => timeouts.connect = d,
+                        "firstByteMs" => timeouts.first_byte = d,
+                        "firstTokenMs" => first_token = Some(d),
+                        "idleMs" => idle = Some(d),
+                        _ => timeouts.total = d,
                     }
                 }
             }
             None => problems.push(UpstreamProblem {
                 path: format!("{path}.timeouts"),
-                message: "expected a mapping of `connectMs`, `firstByteMs`, `totalMs`".into(),
+                message: "expected a mapping of `connectMs`, `firstByteMs`, `firstTokenMs`, `idleMs`, `totalMs`".into(),
             }),
         }
     }
+    // Unset, both follow `firstByteMs` (the documented defaults).
+    timeouts.first_token = first_token.unwrap_or(timeouts.first_byte);
+    timeouts.idle = idle.unwrap_or(timeouts.first_byte);
     let mut models = Vec::new();
     if let Some(Value::Sequence(list)) = get(map, "models") {
         for m in list {
@@ -568,6 +589,9 @@ mod tests {
         );
         assert_eq!(o.endpoint(), "http://127.0.0.1:1/v1/chat/completions");
         assert_eq!(o.timeouts.first_byte, Duration::from_millis(250));
+        // Unset, first token and idle follow the first byte.
+        assert_eq!(o.timeouts.first_token, Duration::from_millis(250));
+        assert_eq!(o.timeouts.idle, Duration::from_millis(250));
         assert!(!format!("{o:?}").contains("sk-from-env"));
         let missing = text.replace("TEST_KEY", "NOPE_KEY");
         let e = parse(&missing, &env).unwrap_err();
@@ -609,6 +633,24 @@ mod tests {
             "{}",
             e[0].message
         );
+    }
+
+    // Issue 32 item 3: every deadline is read; an unknown key is named.
+    #[test]
+    fn timeouts_are_read_each_with_its_default() {
+        let text = "models:\n  providers:\n    a:\n      baseUrl: http://h:1/v1\n      api: openai-completions\n      timeouts: { connectMs: 1, firstByteMs: 2, firstTokenMs: 3, idleMs: 4, totalMs: 5 }\n    b: { baseUrl: 'http://h:1/v1', api: openai-completions }\n";
+        let (u, _) = parse(text, &env).unwrap();
+        let t = u.get("a").unwrap().timeouts;
+        let ms = Duration::from_millis;
+        assert_eq!(
+            (t.connect, t.first_byte, t.first_token, t.idle, t.total),
+            (ms(1), ms(2), ms(3), ms(4), ms(5))
+        );
+        assert_eq!(u.get("b").unwrap().timeouts, Timeouts::DEFAULT);
+        assert_eq!(Timeouts::DEFAULT.first_byte, Duration::from_secs(120));
+        let e = parse(&text.replace("idleMs", "stallMs"), &env).unwrap_err();
+        assert_eq!(e[0].path, "models.providers.a.timeouts.stallMs");
+        assert!(e[0].message.contains("`firstTokenMs`, `idleMs`"));
     }
 
     #[test]
