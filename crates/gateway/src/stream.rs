@@ -1,13 +1,25 @@
 //! Streaming: server-sent events from the upstream, relayed (translated
 //! when the protocols differ) to the client.
 //!
-//! The runner fails over only before the first byte reaches the client:
-//! the attempt function returns once the upstream's first event is in
-//! ([`super::upstream::Started`]). After that, the stream is the client's:
-//! an upstream that breaks off (connection reset, a stall past the
-//! timeout, the end of the body before the protocol's last event, an
-//! error event) ends the client's stream with an error event in the
-//! client protocol's own shape —
+//! The runner fails over before the first byte reaches the client: the
+//! attempt function returns once the upstream's first content is in
+//! ([`super::upstream::Started`]). After that, the stream is the client's.
+//! It is complete when the protocol says so (issue 32 item 1): every
+//! choice's `finish_reason` (OpenAI; `data: [DONE]` is optional, and a
+//! body left open after the finish is ended after a short grace) or
+//! `message_stop` (Anthropic). An upstream that breaks off before that —
+//! a connection reset, a stall past `idleMs`, the whole attempt past
+//! `totalMs`, the end of the body, an error event — is classified and
+//! recorded on the profile (a cooldown) as if the runner had seen it, and
+//! then the next candidate of the chain is asked to **finish the same
+//! answer** in the same client stream ([`super::continuation`],
+//! [`super::splice`]). The client learns who finished it from an SSE
+//! comment (`: x-failover-continued: back/model-b (prefill) after
+//! prim/model-a broke off`, with any notice as `: x-failover-notice:`),
+//! ignored by SDKs, and from `model` in OpenAI chunks. When no candidate
+//! can finish it, or the answer is not plain text, the stream ends with an
+//! error event in the client protocol's own shape, carrying the first
+//! break's message —
 //!
 //! ```text
 //! OpenAI     data: {"error": {"message": "…", "type": "server_error", "code": null}}
@@ -15,10 +27,8 @@
 //!            data: {"type": "error", "error": {"type": "api_error", "message": "…"}}
 //! ```
 //!
-//! — and the failure is still classified and recorded on the profile
-//! (a cooldown), as if the runner had seen it. A client that goes away
-//! drops the relay, which drops the upstream body and so closes that
-//! connection.
+//! A client that goes away drops the relay, which drops the upstream body
+//! and so closes that connection.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -30,8 +40,10 @@ use serde_json::json;
 
 use failover::{ProviderFailure, Runner};
 
+use super::continuation::Continuer;
 use super::metrics::Metrics;
 use super::protocol::{upstream_message, Protocol};
+use super::splice::{Ledger, Mismatch, Splice};
 use super::sse::{error_event_status, is_error_event, is_malformed, SseParser, MALFORMED_EVENT};
 use super::translate::{Event, StreamTranslator};
 use super::upstream::{BodyStream, Started};
@@ -184,6 +196,7 @@ pub(crate) struct Source {
     finish: Finish,
     /// The upstream was asked for a usage chunk.
     usage_asked: bool,
+    client_wants_usage: bool,
 }
 
 impl Source {
@@ -209,6 +222,7 @@ impl Source {
             // translates for an Anthropic client (`translate`).
             usage_asked: upstream == Protocol::OpenAi
                 && (client_wants_usage || client == Protocol::Anthropic),
+            client_wants_usage,
         }
     }
 
@@ -225,6 +239,17 @@ pub(crate) struct Relay {
     client: Protocol,
     done: bool,
     recorder: Recorder,
+    /// How to continue the answer when the stream breaks (issue 32);
+    /// `None` when this request's answers are never continued.
+    cont: Option<Box<Continuer>>,
+    /// What reached the client (kept when `cont` is set).
+    ledger: Ledger,
+    /// The continuation being relayed, when one is.
+    splice: Option<Splice>,
+    /// The client's text of the first break: the error event, if the
+    /// answer cannot be finished, says what broke it (never a later
+    /// candidate's refusal).
+    first_break: Option<String>,
     /// Held for as long as the stream runs (the concurrency limit).
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
@@ -234,6 +259,7 @@ impl Relay {
         src: Source,
         client: Protocol,
         recorder: Recorder,
+        cont: Option<Box<Continuer>>,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Self {
         Relay {
@@ -241,14 +267,136 @@ impl Relay {
             client,
             done: false,
             recorder,
+            cont,
+            ledger: Ledger::new(client),
+            splice: None,
+            first_break: None,
             _permit: permit,
         }
     }
 
+    /// The stream broke: the failure is recorded on the profile, then the
+    /// next candidate is asked to finish the answer; when none can, the
+    /// client gets the error event.
     async fn cut(&mut self, failure: ProviderFailure) -> Bytes {
-        self.done = true;
         let text = self.recorder.failed(&failure).await;
-        Bytes::from(client_error_event(self.client, &text).encode())
+        if let Some(sp) = &self.splice {
+            self.recorder
+                .metrics
+                .continuation(sp.mode().name(), "broken");
+        }
+        let first = self.first_break.get_or_insert(text).clone();
+        // The broken body is closed now, not when the relay ends.
+        self.src.body = Box::pin(futures_util::stream::empty());
+        let Some(cont) = self.cont.as_mut() else {
+            return self.error_event(&first);
+        };
+        if !self.ledger.continuable() {
+            self.recorder
+                .metrics
+                .continuation("none", "not_continuable");
+            return self.error_event(&first);
+        }
+        let broken = format!("{}/{}", self.recorder.provider, self.recorder.model);
+        match cont.run(&self.ledger.text).await {
+            Ok(out) => {
+                let by = out.model_ref();
+                if let Ok(m) = failover::ModelRef::parse(&by) {
+                    cont.served.push(m);
+                }
+                if let Some(d) = out.deferred {
+                    // A failed write is the state's health's to report.
+                    let _ = self.recorder.runner.settle(d).await;
+                }
+                let c = out.value;
+                tracing::info!(
+                    target: "failover::serve",
+                    from = %broken,
+                    to = %by,
+                    mode = c.mode.name(),
+                    delivered_bytes = self.ledger.text.len(),
+                    "stream_continued"
+                );
+                let mut comment = format!(
+                    ": x-failover-continued: {by} ({}) after {broken} broke off\n",
+                    c.mode.name()
+                );
+                for n in &out.notices {
+                    comment.push_str(&format!(": x-failover-notice: {n}\n"));
+                }
+                comment.push('\n');
+                self.splice = Some(Splice::new(self.client, c.mode, &self.ledger));
+                self.src = Source::new(
+                    c.started,
+                    c.upstream,
+                    self.client,
+                    self.src.client_wants_usage,
+                    c.timeouts.idle,
+                    c.timeouts.total,
+                );
+                self.recorder.provider = out.provider.clone();
+                self.recorder.model = out.model.clone();
+                self.recorder.profile_id = out.profile_id.clone();
+                self.recorder.model_label =
+                    cont.set.model_label(&out.provider, &out.model).to_string();
+                Bytes::from(comment)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    target: "failover::serve",
+                    from = %broken,
+                    attempts = e.attempts().len(),
+                    "stream_not_continued"
+                );
+                self.recorder.metrics.continuation("any", "failed");
+                self.error_event(&first)
+            }
+        }
+    }
+
+    fn error_event(&mut self, text: &str) -> Bytes {
+        self.done = true;
+        Bytes::from(client_error_event(self.client, text).encode())
+    }
+
+    /// Client events on their way out: through the splice of a
+    /// continuation, noted in the ledger, encoded. A continuation that
+    /// does not match ends the stream with the first break's error.
+    fn deliver(&mut self, out: Vec<Event>) -> Bytes {
+        let out = match &mut self.splice {
+            None => out,
+            Some(sp) => {
+                let mut all = Vec::with_capacity(out.len());
+                for e in out {
+                    match sp.push(e) {
+                        Ok(evs) => all.extend(evs),
+                        Err(Mismatch) => {
+                            let mode = sp.mode().name();
+                            self.recorder.metrics.continuation(mode, "mismatch");
+                            tracing::warn!(
+                                target: "failover::serve",
+                                provider = %self.recorder.provider,
+                                model = %self.recorder.model,
+                                "continuation_mismatch"
+                            );
+                            self.src.body = Box::pin(futures_util::stream::empty());
+                            let mut bytes = encode(&all);
+                            let text = self.first_break.clone().unwrap_or_default();
+                            bytes.push_str(&client_error_event(self.client, &text).encode());
+                            self.done = true;
+                            return Bytes::from(bytes);
+                        }
+                    }
+                }
+                all
+            }
+        };
+        if self.cont.is_some() {
+            for e in &out {
+                self.ledger.observe(e);
+            }
+        }
+        Bytes::from(encode(&out))
     }
 
     /// The upstream ended (or went quiet, or broke) after its answer was
@@ -256,8 +404,11 @@ impl Relay {
     /// come, and the attempt is a success.
     fn finish_clean(&mut self) -> Option<Bytes> {
         let out = self.src.translator.push(Event::data("[DONE]"));
-        self.end();
-        Some(Bytes::from(encode(&out)))
+        let bytes = self.deliver(out);
+        if !self.done {
+            self.end();
+        }
+        Some(bytes)
     }
 
     fn end(&mut self) {
@@ -266,6 +417,11 @@ impl Relay {
             &self.recorder.provider,
             self.src.started.elapsed().as_secs_f64(),
         );
+        if let Some(sp) = &self.splice {
+            self.recorder
+                .metrics
+                .continuation(sp.mode().name(), "completed");
+        }
     }
 
     /// The next bytes for the client; `None` at the end.
@@ -295,13 +451,20 @@ impl Relay {
                     }
                 }
                 let out = self.src.translator.push(e);
-                if terminal {
-                    self.end();
-                }
                 if out.is_empty() {
+                    if terminal {
+                        self.end();
+                    }
                     continue;
                 }
-                return Some(Bytes::from(encode(&out)));
+                let bytes = self.deliver(out);
+                if terminal && !self.done {
+                    self.end();
+                }
+                if bytes.is_empty() {
+                    continue;
+                }
+                return Some(bytes);
             }
             let complete = self.src.complete();
             let idle = if complete {

@@ -115,6 +115,64 @@ impl Timeouts {
     };
 }
 
+/// How a candidate continues an answer that another one's stream broke
+/// off after its first byte (issue 32; `models.providers.<id>.models[]
+/// .continuation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Continuation {
+    /// The original request plus the text delivered so far as a trailing
+    /// assistant message; the answer's continuation is forwarded. The
+    /// default of `anthropic-messages`.
+    Prefill,
+    /// The original request again; its output is held until it has passed
+    /// the delivered text, checked to begin with exactly that text, and
+    /// only the rest forwarded. The default of `openai-completions`
+    /// (OpenAI gives a trailing assistant message no defined meaning).
+    Restart,
+    /// The candidate does not continue answers (the stream ends with the
+    /// error event).
+    None,
+}
+
+impl Continuation {
+    /// The config and metric name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Continuation::Prefill => "prefill",
+            Continuation::Restart => "restart",
+            Continuation::None => "none",
+        }
+    }
+
+    fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "prefill" => Some(Continuation::Prefill),
+            "restart" => Some(Continuation::Restart),
+            "none" => Some(Continuation::None),
+            _ => None,
+        }
+    }
+
+    /// The default for an `api`.
+    pub fn default_for(api: Api) -> Self {
+        match api {
+            Api::AnthropicMessages => Continuation::Prefill,
+            Api::OpenAiCompletions => Continuation::Restart,
+        }
+    }
+}
+
+/// One entry of `models.providers.<id>.models`: a model id, or a mapping
+/// `{ id, contextWindow, continuation }`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelInfo {
+    pub id: String,
+    /// `contextWindow`, in tokens, when declared.
+    pub context_window: Option<u64>,
+    /// `continuation`, when declared (else the `api`'s default).
+    pub continuation: Option<Continuation>,
+}
+
 /// One `models.providers.<id>`.
 #[derive(Clone)]
 pub struct Upstream {
@@ -132,6 +190,9 @@ pub struct Upstream {
     pub keyless: bool,
     /// `models`: ids listed by `GET /v1/models`.
     pub models: Vec<String>,
+    /// `models` as declared, with their context windows and continuation
+    /// modes.
+    pub model_info: Vec<ModelInfo>,
     /// [`Upstream::endpoint`] parsed once, when the config is read: parsing
     /// a URL per request was about 10% of the gateway's own instructions
     /// (callgrind, benches/README.md "Gateway").
@@ -155,6 +216,24 @@ impl Upstream {
     /// Anthropic's does not).
     pub fn endpoint(&self) -> String {
         endpoint_of(&self.base_url, self.api)
+    }
+
+    /// How `model` continues a broken answer: as declared, else the
+    /// `api`'s default.
+    pub fn continuation(&self, model: &str) -> Continuation {
+        self.model_info
+            .iter()
+            .find(|m| m.id == model)
+            .and_then(|m| m.continuation)
+            .unwrap_or(Continuation::default_for(self.api))
+    }
+
+    /// The declared context window of `model`, in tokens.
+    pub fn context_window(&self, model: &str) -> Option<u64> {
+        self.model_info
+            .iter()
+            .find(|m| m.id == model)
+            .and_then(|m| m.context_window)
     }
 
     /// [`Upstream::endpoint`], parsed (and normalised as a URL).
@@ -519,16 +598,50 @@ fn provider(
     timeouts.first_token = first_token.unwrap_or(timeouts.first_byte);
     timeouts.idle = idle.unwrap_or(timeouts.first_byte);
     let mut models = Vec::new();
+    let mut model_info = Vec::new();
     if let Some(Value::Sequence(list)) = get(map, "models") {
-        for m in list {
-            let id = match m {
-                Value::String(s) => Some(s.as_str()),
-                Value::Mapping(mm) => get(mm, "id").and_then(Value::as_str),
-                _ => None,
+        for (i, m) in list.iter().enumerate() {
+            let mut info = match m {
+                Value::String(s) => ModelInfo {
+                    id: s.trim().to_string(),
+                    context_window: None,
+                    continuation: None,
+                },
+                Value::Mapping(mm) => match get(mm, "id").and_then(Value::as_str) {
+                    Some(id) => ModelInfo {
+                        id: id.trim().to_string(),
+                        context_window: None,
+                        continuation: None,
+                    },
+                    None => continue,
+                },
+                _ => continue,
             };
-            if let Some(id) = id {
-                models.push(id.trim().to_string());
+            if let Value::Mapping(mm) = m {
+                let p = format!("{path}.models[{i}]");
+                match get(mm, "contextWindow") {
+                    None => {}
+                    Some(v) => match v.as_u64() {
+                        Some(n) if n > 0 => info.context_window = Some(n),
+                        _ => problems.push(UpstreamProblem {
+                            path: format!("{p}.contextWindow"),
+                            message: "expected a positive whole number of tokens".into(),
+                        }),
+                    },
+                }
+                match get(mm, "continuation") {
+                    None => {}
+                    Some(v) => match v.as_str().map(str::trim).and_then(Continuation::from_name) {
+                        Some(c) => info.continuation = Some(c),
+                        None => problems.push(UpstreamProblem {
+                            path: format!("{p}.continuation"),
+                            message: "expected `prefill`, `restart` or `none`".into(),
+                        }),
+                    },
+                }
             }
+            models.push(info.id.clone());
+            model_info.push(info);
         }
     }
     let (base_url, api) = (base_url?, api?);
@@ -555,6 +668,7 @@ fn provider(
         env_key,
         keyless,
         models,
+        model_info,
         endpoint_uri,
     })
 }
@@ -651,6 +765,36 @@ mod tests {
         let e = parse(&text.replace("idleMs", "stallMs"), &env).unwrap_err();
         assert_eq!(e[0].path, "models.providers.a.timeouts.stallMs");
         assert!(e[0].message.contains("`firstTokenMs`, `idleMs`"));
+    }
+
+    // Issue 32: models may declare a context window and a continuation
+    // mode; the modes default per `api`; bad values are named.
+    #[test]
+    fn models_declare_windows_and_continuation() {
+        let text = "models:\n  providers:\n    a:\n      baseUrl: http://h:1/v1\n      api: openai-completions\n      models: [plain, { id: big, contextWindow: 200000, continuation: prefill }]\n    b:\n      baseUrl: http://h:1\n      api: anthropic-messages\n      models: [{ id: c, continuation: none }, d]\n";
+        let (u, _) = parse(text, &env).unwrap();
+        let a = u.get("a").unwrap();
+        assert_eq!(a.models, ["plain", "big"]);
+        assert_eq!(a.continuation("plain"), Continuation::Restart);
+        assert_eq!(a.continuation("big"), Continuation::Prefill);
+        assert_eq!(a.context_window("big"), Some(200_000));
+        assert_eq!(a.context_window("plain"), None);
+        let b = u.get("b").unwrap();
+        assert_eq!(b.continuation("c"), Continuation::None);
+        assert_eq!(b.continuation("d"), Continuation::Prefill);
+        assert_eq!(b.continuation("unlisted"), Continuation::Prefill);
+        let bad = text
+            .replace("contextWindow: 200000", "contextWindow: -1")
+            .replace("continuation: none", "continuation: splice");
+        let e = parse(&bad, &env).unwrap_err();
+        let paths: Vec<&str> = e.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "models.providers.a.models[1].contextWindow",
+                "models.providers.b.models[0].continuation"
+            ]
+        );
     }
 
     #[test]

@@ -210,6 +210,8 @@ fn rollback_entry(written: &OverrideFields, before: &OverrideFields, e: &mut Ses
 /// The state of one walk down the chain.
 #[derive(Default)]
 struct Walk {
+    /// `fallbackStepType` of the run's decisions.
+    step: &'static str,
     attempts: Vec<AttemptRecord>,
     decisions: Vec<Decision>,
     /// Providers a `skip provider` reason ruled out, with the reason.
@@ -222,7 +224,7 @@ struct Walk {
 
 impl Walk {
     fn decide(&mut self, d: Decision) {
-        emit(&d);
+        emit(&d, self.step);
         self.decisions.push(d);
     }
 
@@ -312,13 +314,13 @@ fn live_switch(
 }
 
 /// The `model_fallback_decision` event with the flat step fields (R14.2).
-fn emit(d: &Decision) {
+fn emit(d: &Decision, step: &str) {
     macro_rules! event {
         ($lvl:ident) => {
             tracing::$lvl!(
                 target: "failover::run",
                 decision = d.decision.name(),
-                fallbackStepType = "fallback_step",
+                fallbackStepType = if step.is_empty() { "fallback_step" } else { step },
                 fallbackStepFromModel = %d.from_model,
                 fallbackStepToModel = d.to_model.as_deref().unwrap_or(""),
                 fallbackStepFromFailureReason = d.reason.as_deref().unwrap_or(""),
@@ -686,8 +688,22 @@ impl Runner {
         let (turn, mut first_state) = self.begin(request).await?;
         let mut walk = Walk::default();
         let mut i = 0;
+        // Issue 32: a continuation starts after the candidate that broke.
+        if let Some(after) = request.resume_after.last() {
+            walk.step = "continuation";
+            let cands = &turn.chain.candidates;
+            i = cands
+                .iter()
+                .position(|c| c.model == *after)
+                .map_or(0, |p| p + 1);
+            first_state = None;
+        }
         while i < turn.chain.candidates.len() {
             let cand = Candidate::at(&turn.chain, i);
+            if request.resume_after.contains(&cand.model) {
+                i += 1;
+                continue;
+            }
             let now = self.now_ms();
             // The run's first read serves the first candidate.
             let state = if i == 0 { first_state.take() } else { None };

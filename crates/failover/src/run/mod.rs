@@ -165,6 +165,13 @@ pub struct RunRequest {
     /// does an auth failure of a fallback leave a skip-cache mark (R12.2),
     /// for the same reasons.
     pub one_off: bool,
+    /// The run continues an answer that these candidates served, in
+    /// order, the last of which broke off (a gateway's stream cut after
+    /// its first byte, issue 32): the run starts at the candidate after
+    /// the last one in the chain, with every rule of selection as usual,
+    /// and none of them is tried again. Empty: an ordinary run. Its
+    /// decisions carry `fallbackStepType = "continuation"`.
+    pub resume_after: Vec<ModelRef>,
 }
 
 impl RunRequest {
