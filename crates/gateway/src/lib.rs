@@ -612,7 +612,13 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
                 .deferred
                 .take()
                 .map(|d| (d, runner.clone(), gw.settling.start()));
-            if o.attempts.len() > 1 {
+            // Retries of the answering candidate are not a fallback.
+            if o.attempts.iter().any(|a| {
+                !matches!(
+                    a.outcome,
+                    AttemptOutcome::Retried | AttemptOutcome::Succeeded
+                )
+            }) {
                 gw.metrics.fallback();
             }
             gw.metrics.request(protocol.name(), "ok");
@@ -682,6 +688,7 @@ fn count_attempts(gw: &Gateway, set: &ActiveSet, attempts: &[failover::AttemptRe
             AttemptOutcome::Failed => "failed",
             AttemptOutcome::Skipped => "skipped",
             AttemptOutcome::Switched => "switched",
+            AttemptOutcome::Retried => "retried",
             _ => "other",
         };
         gw.metrics.attempt(

@@ -239,15 +239,19 @@ fn send_failure(e: &hyper_util::client::legacy::Error, uri: &axum::http::Uri) ->
         (Some(h), None) => h.to_string(),
         (None, _) => "the upstream".to_string(),
     };
-    let what = if e.is_connect() {
-        format!(
+    if e.is_connect() {
+        let what = format!(
             "connection refused or failed ({host}: {})",
             connect_cause(e)
-        )
-    } else {
-        format!("network error ({host})")
-    };
-    AttemptError::Provider(ProviderFailure::transport(&what))
+        );
+        return AttemptError::Provider(ProviderFailure::transport(&what));
+    }
+    // The request went out and the connection broke before the response
+    // head: a reset (`ECONNRESET`, which the rules read as `timeout` as
+    // they read the message), which a retry budget may ask again.
+    AttemptError::Provider(
+        ProviderFailure::transport(&format!("network error ({host})")).with_code("ECONNRESET"),
+    )
 }
 
 /// Why a connection could not be made, from the error's sources: one of a

@@ -9,7 +9,10 @@
 //!       api: openai-completions
 //!       apiKey: "${OPENAI_API_KEY}"             # an environment reference only
 //!       timeouts: { connectMs: 5000, firstByteMs: 60000, firstTokenMs: 60000, idleMs: 30000, totalMs: 600000 }
-//!       models: [gpt-5.2]                       # listed by GET /v1/models
+//!       retries: { max: 2, baseDelayMs: 500, maxDelayMs: 8000 }   # same-candidate retries
+//!       models:                                 # listed by GET /v1/models
+//!         - gpt-5.2
+//!         - { id: gpt-5.2-mini, contextWindow: 400000, continuation: restart }
 //!     anthropic:
 //!       baseUrl: https://api.anthropic.com      # `/v1/messages` is appended
 //!       api: anthropic-messages
@@ -182,6 +185,9 @@ pub struct Upstream {
     pub base_url: String,
     pub api: Api,
     pub timeouts: Timeouts,
+    /// `retries`: the same-candidate retry budget (issue 32; `max: 0`, no
+    /// retry, unless set).
+    pub retries: failover::RetryBudget,
     /// `apiKey: "${VAR}"` resolved; becomes the `<id>:default` profile.
     pub env_key: Option<Secret>,
     /// `auth: none`: the provider takes no credential (a local server).
@@ -597,6 +603,45 @@ fn provider(
     // Unset, both follow `firstByteMs` (the documented defaults).
     timeouts.first_token = first_token.unwrap_or(timeouts.first_byte);
     timeouts.idle = idle.unwrap_or(timeouts.first_byte);
+    let mut retries = failover::RetryBudget::DEFAULT;
+    if let Some(t) = get(map, "retries") {
+        match t.as_mapping() {
+            Some(tm) => {
+                for (k, v) in tm {
+                    let Some(name) = key_of(k) else { continue };
+                    let p = format!("{path}.retries.{name}");
+                    let n = match v.as_u64() {
+                        Some(n) => n,
+                        None => {
+                            problems.push(UpstreamProblem {
+                                path: p,
+                                message: "expected a whole number".into(),
+                            });
+                            continue;
+                        }
+                    };
+                    match name {
+                        "max" if n <= 10 => retries.max = n as u32,
+                        "max" => problems.push(UpstreamProblem {
+                            path: p,
+                            message: "expected at most 10 retries".into(),
+                        }),
+                        "baseDelayMs" => retries.base_delay_ms = n,
+                        "maxDelayMs" => retries.max_delay_ms = n,
+                        _ => problems.push(UpstreamProblem {
+                            path: p,
+                            message: "unknown key: expected `max`, `baseDelayMs` or `maxDelayMs`"
+                                .into(),
+                        }),
+                    }
+                }
+            }
+            None => problems.push(UpstreamProblem {
+                path: format!("{path}.retries"),
+                message: "expected a mapping of `max`, `baseDelayMs`, `maxDelayMs`".into(),
+            }),
+        }
+    }
     let mut models = Vec::new();
     let mut model_info = Vec::new();
     if let Some(Value::Sequence(list)) = get(map, "models") {
@@ -665,6 +710,7 @@ fn provider(
         base_url,
         api,
         timeouts,
+        retries,
         env_key,
         keyless,
         models,
@@ -761,6 +807,13 @@ mod tests {
             (ms(1), ms(2), ms(3), ms(4), ms(5))
         );
         assert_eq!(u.get("b").unwrap().timeouts, Timeouts::DEFAULT);
+        assert_eq!(u.get("b").unwrap().retries.max, 0, "no retry unless asked");
+        let r = "models:\n  providers:\n    a:\n      baseUrl: http://h:1/v1\n      api: openai-completions\n      retries: { max: 2, baseDelayMs: 100, maxDelayMs: 400 }\n";
+        let (u, _) = parse(r, &env).unwrap();
+        let b = u.get("a").unwrap().retries;
+        assert_eq!((b.max, b.base_delay_ms, b.max_delay_ms), (2, 100, 400));
+        let e = parse(&r.replace("max: 2", "max: 99"), &env).unwrap_err();
+        assert_eq!(e[0].path, "models.providers.a.retries.max");
         assert_eq!(Timeouts::DEFAULT.first_byte, Duration::from_secs(120));
         let e = parse(&text.replace("idleMs", "stallMs"), &env).unwrap_err();
         assert_eq!(e[0].path, "models.providers.a.timeouts.stallMs");

@@ -680,3 +680,153 @@ async fn official_sdks_read_continued_streams() {
     eprintln!("SDKs on continued streams: {stdout}");
     gw.stop().await;
 }
+
+fn retrying(max: u32) -> Setup {
+    Setup {
+        prim_keys: format!("retries: {{ max: {max}, baseDelayMs: 500, maxDelayMs: 8000 }}"),
+        ..Setup::default()
+    }
+}
+
+// Issue 32 item 4: a 429 with `Retry-After: 2`, then 200: with a retry
+// budget the same candidate is asked again after the 2 s it asked for;
+// no fallback, no cooldown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_with_retry_after_is_retried_on_the_same_candidate() {
+    let gw = Gw::start("retry-after", retrying(2)).await;
+    gw.prim.push(Reply::Http {
+        status: 429,
+        headers: vec![("retry-after".into(), "2".into())],
+        body: r#"{"error":{"message":"Rate limit reached","type":"requests"}}"#.into(),
+    });
+    gw.prim.push(ok_openai("after the wait"));
+    let t = Instant::now();
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    let took = t.elapsed();
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "after the wait"
+    );
+    assert_eq!(
+        r.header("x-failover-model").as_deref(),
+        Some("prim/model-a")
+    );
+    assert_eq!(r.header("x-failover-attempts").as_deref(), Some("2"));
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+    assert_eq!((gw.prim.hits(), gw.back.hits()), (2, 0));
+    assert_eq!(gw.usage("prim:default")["cooldownReason"], Value::Null);
+    let m = metrics(&gw).await;
+    assert!(
+        m.contains(r#"failover_attempts_total{provider="prim",model="model-a",outcome="retried",reason="rate_limit"} 1"#),
+        "{m}"
+    );
+    assert!(!m.contains("failover_fallbacks_total 1"), "{m}");
+    eprintln!("429 Retry-After 2 then 200: 2 attempts, {took:?}, client got the primary's answer");
+    gw.stop().await;
+}
+
+// Issue 32 item 4: a single 500 is retried after a jittered backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_500_is_retried() {
+    let gw = Gw::start("retry-500", retrying(1)).await;
+    gw.prim
+        .push(error(500, r#"{"error":{"message":"internal error"}}"#));
+    gw.prim.push(ok_openai("second time"));
+    let t = Instant::now();
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    let took = t.elapsed();
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "second time");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    assert_eq!((gw.prim.hits(), gw.back.hits()), (2, 0));
+    eprintln!("500 once: 2 attempts, {took:?}, client got the primary's answer");
+    gw.stop().await;
+}
+
+// Issue 32 item 4: a persistent 429 is bounded (no hammering: 1 + max
+// calls, at most 4 in the first 3.5 s), then cools and fails over; a
+// silent upstream is never asked again (one attempt, then the fallback).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_are_bounded_and_never_wait_out_a_silent_upstream() {
+    let gw = Gw::start(
+        "retry-bounded",
+        Setup {
+            first_byte_ms: 500,
+            ..retrying(3)
+        },
+    )
+    .await;
+    gw.prim.always(error(
+        429,
+        r#"{"error":{"message":"Rate limit reached","type":"requests"}}"#,
+    ));
+    gw.back.push(ok_openai("fallback"));
+    let t = Instant::now();
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    let took = t.elapsed();
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "fallback");
+    assert_eq!(gw.prim.hits(), 4);
+    assert!(took < Duration::from_millis(3600), "{took:?}");
+    assert_eq!(gw.usage("prim:default")["cooldownReason"], "rate_limit");
+    assert_eq!(gw.usage("prim:default")["errorCount"], 1);
+    eprintln!("persistent 429, retries.max 3: 4 primary attempts + 1 fallback, {took:?}");
+
+    gw.stop_cooling();
+    gw.prim.push(Reply::Slow(
+        Duration::from_secs(5),
+        Box::new(ok_openai("too late")),
+    ));
+    gw.back.push(ok_openai("fallback again"));
+    let hits = gw.prim.hits();
+    let t = Instant::now();
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    let took = t.elapsed();
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "fallback again"
+    );
+    assert_eq!(gw.prim.hits() - hits, 1, "a deadline is never retried");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    eprintln!("silent upstream (firstByteMs 500): 1 primary attempt + 1 fallback, {took:?}");
+    gw.stop().await;
+}
+
+// SPEC R9.8 (issue 32 item 5): with `contextWindow` declared, a context
+// overflow on the primary (8k) goes to the fallback (200k): one attempt
+// on the primary, no cooldown; the client gets the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r9_8_context_overflow_goes_to_a_larger_window() {
+    let gw = Gw::start(
+        "overflow-window",
+        Setup {
+            prim_models: "[{ id: model-a, contextWindow: 8192 }]".into(),
+            back_models: "[{ id: model-b, contextWindow: 200000 }]".into(),
+            ..Setup::default()
+        },
+    )
+    .await;
+    gw.prim.push(error(
+        400,
+        r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+    ));
+    gw.back.push(ok_openai("a larger window"));
+    let t = Instant::now();
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    let took = t.elapsed();
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "a larger window"
+    );
+    assert_eq!(
+        r.header("x-failover-model").as_deref(),
+        Some("back/model-b")
+    );
+    assert_eq!((gw.prim.hits(), gw.back.hits()), (1, 1));
+    assert!(gw.usage("prim:default")["cooldownUntil"].is_null());
+    eprintln!("context overflow, windows 8192 → 200000: 2 attempts, {took:?}, client got the fallback's answer");
+    gw.stop().await;
+}

@@ -360,6 +360,12 @@ pub(crate) struct Setup {
     pub(crate) first_byte_ms: u64,
     /// More keys of both providers' `timeouts` (`firstTokenMs: 500, …`).
     pub(crate) timeouts: String,
+    /// More keys of each provider (`retries: {…}`), one line each.
+    pub(crate) prim_keys: String,
+    pub(crate) back_keys: String,
+    /// Each provider's `models` value (`[model-a]`, `[model-b]` unless set).
+    pub(crate) prim_models: String,
+    pub(crate) back_models: String,
     pub(crate) watch: bool,
     pub(crate) rules: Vec<PathBuf>,
     /// `Options::workers`: 2 (the CLI's mode on two cores, each worker a
@@ -375,6 +381,10 @@ impl Default for Setup {
             extra: String::new(),
             first_byte_ms: 2000,
             timeouts: String::new(),
+            prim_keys: String::new(),
+            back_keys: String::new(),
+            prim_models: "[model-a]".into(),
+            back_models: "[model-b]".into(),
             watch: false,
             rules: Vec::new(),
             workers: 2,
@@ -406,12 +416,12 @@ models:
       baseUrl: "{}"
       api: {}
       timeouts: {{ connectMs: 1000, firstByteMs: {fb}, totalMs: 10000{t} }}
-      models: [model-a]
+      models: {pm}{pk}
     back:
       baseUrl: "{}"
       api: {}
       timeouts: {{ connectMs: 1000, firstByteMs: {fb}, totalMs: 10000{t} }}
-      models: [model-b]
+      models: {bm}{bk}
 {}"#,
         base(prim, s.prim_api),
         s.prim_api,
@@ -419,6 +429,18 @@ models:
         s.back_api,
         s.extra,
         fb = s.first_byte_ms,
+        pm = s.prim_models,
+        bm = s.back_models,
+        pk = if s.prim_keys.is_empty() {
+            String::new()
+        } else {
+            format!("\n      {}", s.prim_keys)
+        },
+        bk = if s.back_keys.is_empty() {
+            String::new()
+        } else {
+            format!("\n      {}", s.back_keys)
+        },
         t = if s.timeouts.is_empty() {
             String::new()
         } else {
