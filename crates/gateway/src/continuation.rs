@@ -140,9 +140,11 @@ impl Continuer {
     pub(crate) async fn run(
         &self,
         delivered: &str,
+        reason: String,
     ) -> Result<RunOutput<Continued>, failover::RunError> {
         let mut rr = self.run_req.clone();
         rr.resume_after = self.served.clone();
+        rr.resume_reason = Some(reason);
         let out = super::state::ANONYMOUS
             .scope(
                 self.run_req.one_off,

@@ -87,10 +87,10 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
-    /// Records the failure; returns the text the client may see: the
+    /// Records the failure; returns the text the client may see (the
     /// upstream's own message when it has one, else the failure's text,
-    /// without any stored secret in any encoding (R16.11).
-    async fn failed(&self, failure: &ProviderFailure) -> String {
+    /// without any stored secret in any encoding, R16.11) and the reason.
+    async fn failed(&self, failure: &ProviderFailure) -> (String, String) {
         let (p, m) = (self.provider.as_str(), self.model.as_str());
         // A failed write is the state's health's to report.
         let reason = self
@@ -110,10 +110,11 @@ impl Recorder {
             detail = %text.chars().take(400).collect::<String>(),
             "stream_failed_after_first_byte"
         );
-        match failure.body.as_deref().and_then(upstream_message) {
+        let shown = match failure.body.as_deref().and_then(upstream_message) {
             Some((m, _)) => redactor.scrub(&m).into_owned(),
             None => text,
-        }
+        };
+        (shown, reason)
     }
 }
 
@@ -279,7 +280,7 @@ impl Relay {
     /// next candidate is asked to finish the answer; when none can, the
     /// client gets the error event.
     async fn cut(&mut self, failure: ProviderFailure) -> Bytes {
-        let text = self.recorder.failed(&failure).await;
+        let (text, reason) = self.recorder.failed(&failure).await;
         if let Some(sp) = &self.splice {
             self.recorder
                 .metrics
@@ -298,7 +299,7 @@ impl Relay {
             return self.error_event(&first);
         }
         let broken = format!("{}/{}", self.recorder.provider, self.recorder.model);
-        match cont.run(&self.ledger.text).await {
+        match cont.run(&self.ledger.text, reason).await {
             Ok(out) => {
                 let by = out.model_ref();
                 if let Ok(m) = failover::ModelRef::parse(&by) {

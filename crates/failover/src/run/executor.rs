@@ -1553,8 +1553,10 @@ impl Runner {
                 return None;
             }
             let reason = if failed.is_empty() {
-                e.fallback_notice_reason
-                    .clone()
+                // A continuation: the break is the fallback's reason.
+                let resumed = request.resume_reason.as_ref().map(|r| r.replace('_', " "));
+                resumed
+                    .or_else(|| e.fallback_notice_reason.clone())
                     .unwrap_or_else(|| notice_reason(&failed))
             } else {
                 notice_reason(&failed)

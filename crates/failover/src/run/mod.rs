@@ -172,6 +172,9 @@ pub struct RunRequest {
     /// and none of them is tried again. Empty: an ordinary run. Its
     /// decisions carry `fallbackStepType = "continuation"`.
     pub resume_after: Vec<ModelRef>,
+    /// The reason the answer broke off (with [`RunRequest::resume_after`]):
+    /// the notice's reason when the continuation itself saw no failure.
+    pub resume_reason: Option<String>,
 }
 
 impl RunRequest {

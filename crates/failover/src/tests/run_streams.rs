@@ -287,3 +287,90 @@ async fn r9_8_without_a_larger_window_the_overflow_stops_the_run() {
         assert_eq!(e.reason(), Some("context_overflow"));
     }
 }
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Buf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// Issue 32 items 2 and 4, R14.2: a continuation's decisions are steps of
+// type `continuation`; a retry is a `retry_same_candidate` decision.
+#[tokio::test(start_paused = true)]
+async fn continuation_and_retry_steps_in_the_decision_log() {
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let _idle = idle_dispatcher();
+    let h = setup_with(THREE, KEYS, with_budget(1));
+    let mut r = resume(&["anthropic/claude"]);
+    r.resume_reason = Some("timeout".into());
+    let s = Script::default().on("openai/gpt", vec![http(503, "overloaded")]);
+    let out = h.runner.run(&r, s.f()).await.unwrap();
+    assert_eq!(out.model_ref(), "google/gemini");
+    let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let decisions: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("model_fallback_decision"))
+        .collect();
+    assert_eq!(decisions.len(), 2, "{log}");
+    assert!(
+        decisions
+            .iter()
+            .all(|l| l.contains("fallbackStepType=\"continuation\"")),
+        "{log}"
+    );
+    assert!(
+        decisions[1].contains("decision=\"candidate_succeeded\""),
+        "{log}"
+    );
+    assert_eq!(
+        out.notices[0].to_string(),
+        "↪️ Model Fallback: google/gemini (selected anthropic/claude; overloaded)"
+    );
+
+    // A retry on the primary, in an ordinary run.
+    buf.0.lock().unwrap().clear();
+    let h = setup_with(BASIC, KEYS, with_budget(1));
+    let s = Script::default().on("anthropic/claude", vec![http(529, "Overloaded"), ok()]);
+    h.runner.run(&req(), s.f()).await.unwrap();
+    let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let first = log
+        .lines()
+        .find(|l| l.contains("model_fallback_decision"))
+        .unwrap();
+    assert!(
+        first.contains("decision=\"retry_same_candidate\""),
+        "{first}"
+    );
+    assert!(
+        first.contains("fallbackStepFinalOutcome=\"retrying\""),
+        "{first}"
+    );
+}
+
+// Issue 32 item 2: a continuation that saw no failure itself names the
+// break in its notice (R13).
+#[tokio::test(start_paused = true)]
+async fn a_continuation_notice_names_the_break() {
+    let h = setup(BASIC, KEYS);
+    let mut r = resume(&["anthropic/claude"]);
+    r.resume_reason = Some("rate_limit".into());
+    let out = h.runner.run(&r, Script::default().f()).await.unwrap();
+    assert_eq!(
+        out.notices[0].to_string(),
+        "↪️ Model Fallback: openai/gpt (selected anthropic/claude; rate limit)"
+    );
+}

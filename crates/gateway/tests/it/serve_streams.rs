@@ -356,6 +356,14 @@ async fn a_cut_stream_is_finished_by_the_fallback_restart() {
         "{}",
         r.text
     );
+    // The notice (R13) names the break's reason.
+    assert!(
+        r.text.contains(
+            ": x-failover-notice: ↪️ Model Fallback: back/model-b (selected prim/model-a; timeout)"
+        ),
+        "{}",
+        r.text
+    );
     // The fallback was sent the original request.
     let seen = gw.back.seen();
     assert_eq!(seen.len(), 1);
