@@ -95,10 +95,15 @@ async fn openai_stream_without_done_is_complete_for_openai_clients() {
         if usage {
             body["stream_options"] = json!({"include_usage": true});
         }
+        let t = Instant::now();
         let r = gw.openai(body, None).await;
+        let took = t.elapsed();
         assert_eq!(r.status, 200);
         no_error(&r.text);
         assert_eq!(openai_text(&r.text), "Hello");
+        eprintln!(
+            "no [DONE] (usage {usage}): 1 attempt, {took:?}, client got \"Hello\" and [DONE]"
+        );
         let d = datas(&r.text);
         assert_eq!(d.last().map(String::as_str), Some("[DONE]"), "{}", r.text);
         assert_eq!(
@@ -399,7 +404,13 @@ async fn a_restarted_answer_that_differs_ends_with_the_error() {
     ));
     let mut body = chat("prim/model-a");
     body["stream"] = json!(true);
+    let t = Instant::now();
     let r = gw.openai(body, None).await;
+    eprintln!(
+        "restarted answer differs: 2 upstream calls, {:?}, client got {:?} then the error event",
+        t.elapsed(),
+        openai_text(&r.text)
+    );
     assert_eq!(openai_text(&r.text), ANSWER[..4].concat());
     assert!(!r.text.contains("red") && !r.text.contains("naps"));
     let last: Value = serde_json::from_str(&datas(&r.text).pop().unwrap()).unwrap();
