@@ -124,6 +124,9 @@ impl Recorder {
 const FINISH_GRACE: Duration = Duration::from_secs(2);
 /// The same, when usage was asked for and has not come yet.
 const USAGE_GRACE: Duration = Duration::from_secs(5);
+/// While a restarted answer's text is held back, an SSE comment goes to
+/// the client at most this often (SDKs ignore comments).
+const KEEPALIVE: Duration = Duration::from_secs(5);
 
 /// Which choices of an OpenAI stream have finished (issue 32 item 1): the
 /// protocol's own end of an answer is every choice's `finish_reason`;
@@ -251,6 +254,8 @@ pub(crate) struct Relay {
     /// answer cannot be finished, says what broke it (never a later
     /// candidate's refusal).
     first_break: Option<String>,
+    /// When bytes last went to the client.
+    last_sent: Instant,
     /// Held for as long as the stream runs (the concurrency limit).
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
@@ -272,6 +277,7 @@ impl Relay {
             ledger: Ledger::new(client),
             splice: None,
             first_break: None,
+            last_sent: Instant::now(),
             _permit: permit,
         }
     }
@@ -463,8 +469,15 @@ impl Relay {
                     self.end();
                 }
                 if bytes.is_empty() {
+                    // A restart's text held back: a comment now and then
+                    // keeps the client's read timeout from firing.
+                    if self.last_sent.elapsed() >= KEEPALIVE {
+                        self.last_sent = Instant::now();
+                        return Some(Bytes::from_static(b": continuing\n\n"));
+                    }
                     continue;
                 }
+                self.last_sent = Instant::now();
                 return Some(bytes);
             }
             let complete = self.src.complete();

@@ -384,6 +384,9 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
     let started = Instant::now();
     let total_deadline = tokio::time::Instant::now() + u.timeouts.total;
     let first_deadline = tokio::time::Instant::now() + u.timeouts.first_byte.min(u.timeouts.total);
+    // From the request, like the first byte's (issue 32).
+    let first_token_deadline =
+        tokio::time::Instant::now() + u.timeouts.first_token.min(u.timeouts.total);
     let mut headers = match input.profile {
         Some((id, p)) => auth_headers(u.api, p, id)?,
         None if u.keyless => HeaderMap::new(),
@@ -464,8 +467,6 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
             ));
         }
         let mut parser = SseParser::default();
-        let first_token_deadline =
-            tokio::time::Instant::now() + u.timeouts.first_token.min(u.timeouts.total);
         let proto = protocol_of(u.api);
         // The events read so far: held until the first content, so that
         // a stream whose content never comes fails over before the
