@@ -25,7 +25,8 @@
 //! 4. **The answer.** In the client's protocol, with `x-failover-model`,
 //!    `x-failover-profile` (an id), `x-failover-attempts` and, when there
 //!    is one, `x-failover-notice` (R13). A stream is relayed after its
-//!    first event (`stream`). A failure is an error in the client's
+//!    first content (`stream`); one that breaks after that is finished
+//!    by the next candidate (`continuation`, `splice`). A failure is an error in the client's
 //!    shape: a stopping reason passes the upstream's status and message; an
 //!    exhausted chain is the summary with every attempt (each with its
 //!    reason and error: for an unreachable upstream, the host and the

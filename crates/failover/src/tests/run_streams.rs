@@ -374,3 +374,25 @@ async fn a_continuation_notice_names_the_break() {
         "↪️ Model Fallback: openai/gpt (selected anthropic/claude; rate limit)"
     );
 }
+
+// Issue 32 item 4: a connection reset before the response head (code
+// `ECONNRESET`) is retried; a refused connection (no code: the host is
+// not there) is not.
+#[tokio::test(start_paused = true)]
+async fn a_reset_before_the_head_is_retried_a_refused_connection_is_not() {
+    let reset = Err(AttemptError::Provider(
+        ProviderFailure::transport("network error (127.0.0.1:9)").with_code("ECONNRESET"),
+    ));
+    let h = setup_with(BASIC, KEYS, with_budget(1));
+    let s = Script::default().on("anthropic/claude", vec![reset, ok()]);
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(out.model_ref(), "anthropic/claude");
+    assert_eq!(out.attempts[0].outcome, AttemptOutcome::Retried);
+    let refused = Err(AttemptError::Provider(ProviderFailure::transport(
+        "connection refused or failed (127.0.0.1:9: connection refused)",
+    )));
+    let h = setup_with(BASIC, KEYS, with_budget(1));
+    let s = Script::default().on("anthropic/claude", vec![refused, ok()]);
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(out.model_ref(), "openai/gpt");
+}

@@ -849,3 +849,43 @@ async fn r9_8_context_overflow_goes_to_a_larger_window() {
     eprintln!("context overflow, windows 8192 → 200000: 2 attempts, {took:?}, client got the fallback's answer");
     gw.stop().await;
 }
+
+// Issue 32 item 2, across protocols: an Anthropic client, an Anthropic
+// primary cut mid-text, an OpenAI-compatible fallback (restart): one
+// Anthropic message with the whole text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_client_is_finished_by_an_openai_restart() {
+    let gw = Gw::start(
+        "cont-cross-restart",
+        Setup {
+            prim_api: "anthropic-messages",
+            ..Setup::default()
+        },
+    )
+    .await;
+    gw.prim
+        .push(Reply::Sse(an_full(&ANSWER[..5])[..7].to_vec(), Tail::Cut));
+    gw.back.push(Reply::Sse(oa_full(ANSWER), Tail::End));
+    let mut body = msg("prim/model-a");
+    body["stream"] = json!(true);
+    let r = gw.anthropic(body, None).await;
+    no_error(&r.text);
+    assert_eq!(anthropic_text(&r.text), whole(), "{}", r.text);
+    let names = event_names(&r.text);
+    assert_eq!(names.iter().filter(|n| **n == "message_start").count(), 1);
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| **n == "content_block_start")
+            .count(),
+        1
+    );
+    assert_eq!(names.last().copied(), Some("message_stop"), "{}", r.text);
+    let delta: Value = datas(&r.text)
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|v| v["type"] == "message_delta")
+        .unwrap();
+    assert_eq!(delta["usage"]["output_tokens"], 9, "the fallback's usage");
+    gw.stop().await;
+}
