@@ -346,6 +346,7 @@ impl Relay {
                 self.recorder.profile_id = out.profile_id.clone();
                 self.recorder.model_label =
                     cont.set.model_label(&out.provider, &out.model).to_string();
+                self.last_sent = Instant::now();
                 Bytes::from(comment)
             }
             Err(e) => {

@@ -889,3 +889,38 @@ async fn an_anthropic_client_is_finished_by_an_openai_restart() {
     assert_eq!(delta["usage"]["output_tokens"], 9, "the fallback's usage");
     gw.stop().await;
 }
+
+// Issue 32 item 2 (restart): while the restarted answer's first 6 s are
+// held back (they repeat what the client has), the client gets an SSE
+// comment to keep reading; the answer is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_restart_keeps_the_client_reading() {
+    let gw = Gw::start(
+        "cont-keepalive",
+        Setup {
+            timeouts: "idleMs: 8000".into(),
+            ..Setup::default()
+        },
+    )
+    .await;
+    gw.prim
+        .push(Reply::Sse(openai_events(&ANSWER[..4]), Tail::Cut));
+    let ev: Vec<(Duration, String)> = oa_full(ANSWER)
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            (
+                Duration::from_millis(if (1..=2).contains(&i) { 3_000 } else { 0 }),
+                e,
+            )
+        })
+        .collect();
+    gw.back.push(Reply::SseTimed(ev, Tail::End));
+    let mut body = chat("prim/model-a");
+    body["stream"] = json!(true);
+    let r = gw.openai(body, None).await;
+    no_error(&r.text);
+    assert_eq!(openai_text(&r.text), whole());
+    assert_eq!(r.text.matches(": continuing\n").count(), 1, "{}", r.text);
+    gw.stop().await;
+}
