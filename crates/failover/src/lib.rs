@@ -101,8 +101,8 @@ pub use compile::DisableLane;
 pub use redact::Redactor;
 pub use run::{
     session_hash, Attempt, AttemptError, AttemptOutcome, AttemptRecord, Decision, DecisionKind,
-    FallbackSummaryError, Notice, ProviderFailure, RunError, RunOutput, RunRequest, Runner,
-    StateHealth, StepOutcome, SurfacedError, SKIP_TTL_ENV, TRACING_TARGET,
+    FallbackSummaryError, Notice, ProviderFailure, RetryBudget, RunError, RunOutput, RunRequest,
+    Runner, StateHealth, StepOutcome, SurfacedError, SKIP_TTL_ENV, TRACING_TARGET,
 };
 pub use store::{AsyncStore, Store};
 

@@ -25,7 +25,8 @@
 //! 4. **The answer.** In the client's protocol, with `x-failover-model`,
 //!    `x-failover-profile` (an id), `x-failover-attempts` and, when there
 //!    is one, `x-failover-notice` (R13). A stream is relayed after its
-//!    first event (`stream`). A failure is an error in the client's
+//!    first content (`stream`); one that breaks after that is finished
+//!    by the next candidate (`continuation`, `splice`). A failure is an error in the client's
 //!    shape: a stopping reason passes the upstream's status and message; an
 //!    exhausted chain is the summary with every attempt (each with its
 //!    reason and error: for an unreachable upstream, the host and the
@@ -48,7 +49,9 @@ pub mod errors;
 mod log;
 mod metrics;
 mod protocol;
+mod continuation;
 mod reload;
+mod splice;
 mod sse;
 mod state;
 mod stream;
@@ -540,7 +543,7 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
     let set = gw.active();
     let result = async {
         let bytes = read_body(&headers, body, set.settings.max_body_bytes).await?;
-        let req = parse_request(protocol, &bytes)?;
+        let req = Arc::new(parse_request(protocol, &bytes)?);
         drop(bytes);
         let (agent, mut run_req) = select(&set, &req.model).ok_or_else(|| {
             let shown: String = req.model.chars().take(120).collect();
@@ -585,10 +588,10 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
                 run(&gw, &set, &runner, &req, &run_req, &headers, &waited),
             )
             .await;
-        Ok((req, runner, out, waited.load(Ordering::Relaxed)))
+        Ok((req, runner, run_req, out, waited.load(Ordering::Relaxed)))
     }
     .await;
-    let (req, runner, out, waited_us) = match result {
+    let (req, runner, run_req, out, waited_us) = match result {
         Ok(x) => x,
         Err(e) => {
             gw.metrics.request(protocol.name(), "rejected");
@@ -610,12 +613,28 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
                 .deferred
                 .take()
                 .map(|d| (d, runner.clone(), gw.settling.start()));
-            if o.attempts.len() > 1 {
+            // Retries of the answering candidate are not a fallback.
+            if o.attempts.iter().any(|a| {
+                !matches!(
+                    a.outcome,
+                    AttemptOutcome::Retried | AttemptOutcome::Succeeded
+                )
+            }) {
                 gw.metrics.fallback();
             }
             gw.metrics.request(protocol.name(), "ok");
             log_request(protocol, 200, Some(&o.model_ref()), o.attempts.len(), t0);
-            let mut resp = success(&gw, &set, protocol, &req, runner, o, permit);
+            let anthropic_headers = anthropic_headers_of(&req, &headers);
+            let mut resp = success(
+                &gw,
+                &set,
+                protocol,
+                &req,
+                runner,
+                o,
+                permit,
+                (run_req, anthropic_headers),
+            );
             if let Some((d, runner, guard)) = settle {
                 // Runs once this task yields: hyper writes the answer in
                 // the same poll that receives it, so normally before.
@@ -670,6 +689,7 @@ fn count_attempts(gw: &Gateway, set: &ActiveSet, attempts: &[failover::AttemptRe
             AttemptOutcome::Failed => "failed",
             AttemptOutcome::Skipped => "skipped",
             AttemptOutcome::Switched => "switched",
+            AttemptOutcome::Retried => "retried",
             _ => "other",
         };
         gw.metrics.attempt(
@@ -691,16 +711,13 @@ fn count_attempts(gw: &Gateway, set: &ActiveSet, attempts: &[failover::AttemptRe
     }
 }
 
-async fn run(
-    gw: &Arc<Gateway>,
-    set: &Arc<ActiveSet>,
-    runner: &Runner,
+/// `anthropic-version` / `anthropic-beta` of an Anthropic client, for an
+/// Anthropic upstream.
+fn anthropic_headers_of(
     req: &ClientRequest,
-    run_req: &RunRequest,
     headers: &HeaderMap,
-    waited_us: &AtomicU64,
-) -> Result<RunOutput<Done>, RunError> {
-    let anthropic_headers: Vec<(HeaderName, HeaderValue)> = if req.protocol == Protocol::Anthropic {
+) -> Vec<(HeaderName, HeaderValue)> {
+    if req.protocol == Protocol::Anthropic {
         ["anthropic-version", "anthropic-beta"]
             .iter()
             .filter_map(|n| {
@@ -711,7 +728,19 @@ async fn run(
             .collect()
     } else {
         Vec::new()
-    };
+    }
+}
+
+async fn run(
+    gw: &Arc<Gateway>,
+    set: &Arc<ActiveSet>,
+    runner: &Runner,
+    req: &ClientRequest,
+    run_req: &RunRequest,
+    headers: &HeaderMap,
+    waited_us: &AtomicU64,
+) -> Result<RunOutput<Done>, RunError> {
+    let anthropic_headers = anthropic_headers_of(req, headers);
     runner
         .run(run_req, |attempt: Attempt| {
             let set = set.clone();
@@ -774,7 +803,7 @@ async fn run(
                     Answer::Stream(started) => Done::Stream {
                         started,
                         upstream: up_proto,
-                        idle: up.timeouts.first_byte,
+                        idle: up.timeouts.idle,
                         total: up.timeouts.total,
                     },
                 })
@@ -822,14 +851,16 @@ fn header_value(text: &str) -> Option<HeaderValue> {
     HeaderValue::from_str(text).ok()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn success(
     gw: &Arc<Gateway>,
     set: &Arc<ActiveSet>,
     protocol: Protocol,
-    req: &ClientRequest,
+    req: &Arc<ClientRequest>,
     runner: Arc<Runner>,
     out: RunOutput<Done>,
     permit: tokio::sync::OwnedSemaphorePermit,
+    (run_req, anthropic_headers): (RunRequest, Vec<(HeaderName, HeaderValue)>),
 ) -> Response {
     let mut h = HeaderMap::new();
     if let Some(v) = header_value(&out.model_ref()) {
@@ -845,6 +876,7 @@ fn success(
         }
     }
     let model_label = set.model_label(&out.provider, &out.model).to_string();
+    let served: Vec<ModelRef> = ModelRef::parse(&out.model_ref()).into_iter().collect();
     match out.value {
         Done::Whole(bytes, held) => {
             h.insert(
@@ -869,13 +901,22 @@ fn success(
                 .and_then(|o| o.get("include_usage"))
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
+            let src = stream::Source::new(started, upstream, protocol, wants_usage, idle, total);
+            // Issue 32: a broken stream is finished by the next candidate.
+            let cont = continuation::request_continuable(req).then(|| {
+                Box::new(continuation::Continuer {
+                    gw: gw.clone(),
+                    set: set.clone(),
+                    runner: runner.clone(),
+                    req: req.clone(),
+                    run_req,
+                    anthropic_headers,
+                    served,
+                })
+            });
             let relay = stream::Relay::new(
-                started,
-                upstream,
+                src,
                 protocol,
-                wants_usage,
-                idle,
-                total,
                 stream::Recorder {
                     runner,
                     set: set.clone(),
@@ -885,6 +926,7 @@ fn success(
                     metrics: gw.metrics.clone(),
                     model_label,
                 },
+                cont,
                 Some(permit),
             );
             h.insert(

@@ -38,6 +38,7 @@ pub(crate) mod names {
     pub(crate) const STATE_DEGRADED: &str = "state_degraded";
     pub(crate) const STATE_BACKEND_UP: &str = "state_backend_up";
     pub(crate) const STATE_BACKEND_OUTAGES: &str = "state_backend_outages";
+    pub(crate) const CONTINUATIONS: &str = "continuations";
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -71,6 +72,12 @@ struct ProviderLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ContinuationLabels {
+    mode: &'static str,
     outcome: &'static str,
 }
 
@@ -114,6 +121,7 @@ pub struct Metrics {
     state_degraded: Gauge,
     backend_up: Family<AgentLabels, Gauge>,
     backend_outages: Family<AgentLabels, Counter>,
+    continuations: Family<ContinuationLabels, Counter>,
     /// Serialises scrapes (the cooling gauge is rebuilt per scrape).
     scrape: Mutex<()>,
 }
@@ -210,8 +218,15 @@ impl Metrics {
             "Outages of the shared state backend since start",
             backend_outages.clone(),
         );
+        let continuations = Family::<ContinuationLabels, Counter>::default();
+        registry.register(
+            CONTINUATIONS,
+            "Streams broken after their first byte, by how the next candidate continued them (mode: prefill, restart, none) and outcome (completed, mismatch, failed, not_continuable, prefill_rejected)",
+            continuations.clone(),
+        );
         Metrics {
             registry,
+            continuations,
             requests,
             attempts,
             classifications,
@@ -258,6 +273,13 @@ impl Metrics {
         };
         self.classifications
             .get_or_create(&DecidedByLabels { decided_by })
+            .inc();
+    }
+
+    /// A continuation of a broken stream (issue 32).
+    pub(crate) fn continuation(&self, mode: &'static str, outcome: &'static str) {
+        self.continuations
+            .get_or_create(&ContinuationLabels { mode, outcome })
             .inc();
     }
 

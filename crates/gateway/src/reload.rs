@@ -349,7 +349,20 @@ pub(crate) fn build(
         let runner = Runner::with_store(engine.clone(), config.clone(), store)
             .map_err(|e| Error::invalid(format!("error: {e}")))?
             .with_skip_ttl_from_env()
-            .with_state_health(stores.health.clone());
+            .with_state_health(stores.health.clone())
+            // Issue 32: retry budgets and context windows per provider.
+            .with_retries(
+                ups.providers.values().map(|u| (u.id.clone(), u.retries)),
+                failover::retry::RetryCap::from_env(),
+            )
+            .with_context_windows(ups.providers.values().flat_map(|u| {
+                u.model_info.iter().filter_map(|m| {
+                    let w = m.context_window?;
+                    failover::ModelRef::parse(&format!("{}/{}", u.id, m.id))
+                        .ok()
+                        .map(|r| (r, w))
+                })
+            }));
         warn_missing_credentials(&agent, &config, &ups, opened_profiles(&runner_docs));
         runners.insert(agent, Arc::new(runner));
     }

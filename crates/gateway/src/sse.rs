@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use super::protocol::Protocol;
 use super::translate::Event;
 
 /// One event may not grow past this without its blank line: a stream that
@@ -78,6 +79,56 @@ pub(crate) fn is_error_event(e: &Event) -> bool {
         })
 }
 
+/// Whether an event says nothing of the answer yet (issue 32,
+/// `firstTokenMs`): Anthropic's `message_start`, `ping` and the start of a
+/// text or thinking block; an OpenAI chunk whose deltas hold at most a
+/// role and empty content, with no finish and no usage. Anything else — a
+/// text, tool-call or reasoning delta, a finish, usage — is content.
+pub(crate) fn is_preamble(upstream: Protocol, e: &Event) -> bool {
+    let Ok(v) = serde_json::from_str::<Value>(&e.data) else {
+        return false;
+    };
+    match upstream {
+        Protocol::Anthropic => match v.get("type").and_then(Value::as_str) {
+            Some("message_start" | "ping") => true,
+            Some("content_block_start") => {
+                let b = v.get("content_block");
+                let ty = b.and_then(|b| b.get("type")).and_then(Value::as_str);
+                match ty {
+                    Some("text") => b
+                        .and_then(|b| b.get("text"))
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty),
+                    Some("thinking" | "redacted_thinking") => true,
+                    _ => false,
+                }
+            }
+            _ => false,
+        },
+        Protocol::OpenAi => {
+            if v.get("usage").is_some_and(|u| !u.is_null()) {
+                return false;
+            }
+            let Some(choices) = v.get("choices").and_then(Value::as_array) else {
+                return false;
+            };
+            choices.iter().all(|c| {
+                c.get("finish_reason").is_none_or(Value::is_null)
+                    && c.get("delta").and_then(Value::as_object).is_none_or(|d| {
+                        d.iter().all(|(k, v)| match k.as_str() {
+                            "role" => true,
+                            _ => {
+                                v.is_null()
+                                    || v.as_str() == Some("")
+                                    || v.as_array().is_some_and(Vec::is_empty)
+                            }
+                        })
+                    })
+            })
+        }
+    }
+}
+
 /// The HTTP status an error event stands for, when it says.
 pub(crate) fn error_event_status(e: &Event) -> Option<u16> {
     let v: Value = serde_json::from_str(&e.data).ok()?;
@@ -107,6 +158,49 @@ mod tests {
         assert!(is_malformed(&Event::data("")));
         assert!(!is_malformed(&Event::data("[DONE]")));
         assert!(!is_malformed(&Event::data(r#"{"choices":[]}"#)));
+    }
+
+    // Issue 32 item 3: what counts as the first token.
+    #[test]
+    fn preambles_are_not_content() {
+        let oa = |d: &str| Event::data(d);
+        assert!(is_preamble(
+            Protocol::OpenAi,
+            &oa(
+                r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#
+            )
+        ));
+        assert!(is_preamble(Protocol::OpenAi, &oa(r#"{"choices":[]}"#)));
+        for content in [
+            r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":"hm"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":1}}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0}]}}]}"#,
+            "[DONE]",
+        ] {
+            assert!(!is_preamble(Protocol::OpenAi, &oa(content)), "{content}");
+        }
+        let an = |v: &str| Event::data(v);
+        assert!(is_preamble(Protocol::Anthropic, &an(r#"{"type":"ping"}"#)));
+        assert!(is_preamble(
+            Protocol::Anthropic,
+            &an(
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#
+            )
+        ));
+        assert!(!is_preamble(
+            Protocol::Anthropic,
+            &an(
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}"#
+            )
+        ));
+        assert!(!is_preamble(
+            Protocol::Anthropic,
+            &an(
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}"#
+            )
+        ));
     }
 
     #[test]

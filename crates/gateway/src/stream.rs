@@ -1,13 +1,25 @@
 //! Streaming: server-sent events from the upstream, relayed (translated
 //! when the protocols differ) to the client.
 //!
-//! The runner fails over only before the first byte reaches the client:
-//! the attempt function returns once the upstream's first event is in
-//! ([`super::upstream::Started`]). After that, the stream is the client's:
-//! an upstream that breaks off (connection reset, a stall past the
-//! timeout, the end of the body before the protocol's last event, an
-//! error event) ends the client's stream with an error event in the
-//! client protocol's own shape —
+//! The runner fails over before the first byte reaches the client: the
+//! attempt function returns once the upstream's first content is in
+//! ([`super::upstream::Started`]). After that, the stream is the client's.
+//! It is complete when the protocol says so (issue 32 item 1): every
+//! choice's `finish_reason` (OpenAI; `data: [DONE]` is optional, and a
+//! body left open after the finish is ended after a short grace) or
+//! `message_stop` (Anthropic). An upstream that breaks off before that —
+//! a connection reset, a stall past `idleMs`, the whole attempt past
+//! `totalMs`, the end of the body, an error event — is classified and
+//! recorded on the profile (a cooldown) as if the runner had seen it, and
+//! then the next candidate of the chain is asked to **finish the same
+//! answer** in the same client stream ([`super::continuation`],
+//! [`super::splice`]). The client learns who finished it from an SSE
+//! comment (`: x-failover-continued: back/model-b (prefill) after
+//! prim/model-a broke off`, with any notice as `: x-failover-notice:`),
+//! ignored by SDKs, and from `model` in OpenAI chunks. When no candidate
+//! can finish it, or the answer is not plain text, the stream ends with an
+//! error event in the client protocol's own shape, carrying the first
+//! break's message —
 //!
 //! ```text
 //! OpenAI     data: {"error": {"message": "…", "type": "server_error", "code": null}}
@@ -15,10 +27,8 @@
 //!            data: {"type": "error", "error": {"type": "api_error", "message": "…"}}
 //! ```
 //!
-//! — and the failure is still classified and recorded on the profile
-//! (a cooldown), as if the runner had seen it. A client that goes away
-//! drops the relay, which drops the upstream body and so closes that
-//! connection.
+//! A client that goes away drops the relay, which drops the upstream body
+//! and so closes that connection.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -30,8 +40,10 @@ use serde_json::json;
 
 use failover::{ProviderFailure, Runner};
 
+use super::continuation::Continuer;
 use super::metrics::Metrics;
 use super::protocol::{upstream_message, Protocol};
+use super::splice::{Ledger, Mismatch, Splice};
 use super::sse::{error_event_status, is_error_event, is_malformed, SseParser, MALFORMED_EVENT};
 use super::translate::{Event, StreamTranslator};
 use super::upstream::{BodyStream, Started};
@@ -75,10 +87,10 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
-    /// Records the failure; returns the text the client may see: the
+    /// Records the failure; returns the text the client may see (the
     /// upstream's own message when it has one, else the failure's text,
-    /// without any stored secret in any encoding (R16.11).
-    async fn failed(&self, failure: &ProviderFailure) -> String {
+    /// without any stored secret in any encoding, R16.11) and the reason.
+    async fn failed(&self, failure: &ProviderFailure) -> (String, String) {
         let (p, m) = (self.provider.as_str(), self.model.as_str());
         // A failed write is the state's health's to report.
         let reason = self
@@ -98,32 +110,100 @@ impl Recorder {
             detail = %text.chars().take(400).collect::<String>(),
             "stream_failed_after_first_byte"
         );
-        match failure.body.as_deref().and_then(upstream_message) {
+        let shown = match failure.body.as_deref().and_then(upstream_message) {
             Some((m, _)) => redactor.scrub(&m).into_owned(),
             None => text,
-        }
+        };
+        (shown, reason)
     }
 }
 
-/// The relay of one stream (see the module documentation).
-pub(crate) struct Relay {
+/// After an OpenAI stream's last `finish_reason`, the body is given this
+/// long to end (or to bring its usage chunk) before the answer is taken
+/// as complete and the connection dropped.
+const FINISH_GRACE: Duration = Duration::from_secs(2);
+/// The same, when usage was asked for and has not come yet.
+const USAGE_GRACE: Duration = Duration::from_secs(5);
+/// While a restarted answer's text is held back, an SSE comment goes to
+/// the client at most this often (SDKs ignore comments).
+const KEEPALIVE: Duration = Duration::from_secs(5);
+
+/// Which choices of an OpenAI stream have finished (issue 32 item 1): the
+/// protocol's own end of an answer is every choice's `finish_reason`;
+/// `data: [DONE]` is optional.
+#[derive(Debug, Default)]
+pub(crate) struct Finish {
+    /// Choice indices seen (below 64; more choices than that are not
+    /// tracked and never complete early).
+    seen: u64,
+    finished: u64,
+    untracked: bool,
+    /// A usage chunk arrived.
+    pub usage: bool,
+    /// A choice finished with `finish_reason: "error"` (an in-band error).
+    pub error: bool,
+}
+
+impl Finish {
+    /// Reads one upstream OpenAI event.
+    pub(crate) fn note(&mut self, e: &Event) {
+        #[derive(serde::Deserialize)]
+        struct Chunk<'a> {
+            #[serde(default, borrow)]
+            choices: Vec<Choice<'a>>,
+            #[serde(default)]
+            usage: Option<serde::de::IgnoredAny>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Choice<'a> {
+            #[serde(default)]
+            index: u64,
+            #[serde(default, borrow)]
+            finish_reason: Option<std::borrow::Cow<'a, str>>,
+        }
+        let Ok(c) = serde_json::from_str::<Chunk<'_>>(&e.data) else {
+            return;
+        };
+        if c.usage.is_some() {
+            self.usage = true;
+        }
+        for ch in c.choices {
+            if ch.index >= 64 {
+                self.untracked = true;
+                continue;
+            }
+            self.seen |= 1 << ch.index;
+            match ch.finish_reason.as_deref() {
+                None => {}
+                Some("error") => self.error = true,
+                Some(_) => self.finished |= 1 << ch.index,
+            }
+        }
+    }
+
+    /// Every choice seen has finished.
+    pub(crate) fn complete(&self) -> bool {
+        !self.untracked && !self.error && self.seen != 0 && self.finished & self.seen == self.seen
+    }
+}
+
+/// The upstream stream being relayed.
+pub(crate) struct Source {
     body: BodyStream,
     parser: SseParser,
     pending: VecDeque<Event>,
     translator: StreamTranslator,
     upstream: Protocol,
-    client: Protocol,
     idle: Duration,
     deadline: tokio::time::Instant,
     started: Instant,
-    done: bool,
-    recorder: Recorder,
-    /// Held for as long as the stream runs (the concurrency limit).
-    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    finish: Finish,
+    /// The upstream was asked for a usage chunk.
+    usage_asked: bool,
+    client_wants_usage: bool,
 }
 
-impl Relay {
-    #[allow(clippy::too_many_arguments)]
+impl Source {
     pub(crate) fn new(
         s: Started,
         upstream: Protocol,
@@ -131,30 +211,225 @@ impl Relay {
         client_wants_usage: bool,
         idle: Duration,
         total: Duration,
-        recorder: Recorder,
-        permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Self {
-        let deadline = tokio::time::Instant::from_std(s.started) + total;
-        Relay {
+        Source {
             body: s.body,
             parser: s.parser,
             pending: s.first.into(),
             translator: StreamTranslator::new(upstream, client, client_wants_usage),
             upstream,
-            client,
             idle,
-            deadline,
+            deadline: tokio::time::Instant::from_std(s.started) + total,
             started: s.started,
+            finish: Finish::default(),
+            // The gateway asks an OpenAI upstream for usage whenever it
+            // translates for an Anthropic client (`translate`).
+            usage_asked: upstream == Protocol::OpenAi
+                && (client_wants_usage || client == Protocol::Anthropic),
+            client_wants_usage,
+        }
+    }
+
+    /// The answer is complete by the protocol's own markers but the body
+    /// has not ended (OpenAI: every choice finished).
+    fn complete(&self) -> bool {
+        self.upstream == Protocol::OpenAi && self.finish.complete()
+    }
+}
+
+/// The relay of one stream (see the module documentation).
+pub(crate) struct Relay {
+    src: Source,
+    client: Protocol,
+    done: bool,
+    recorder: Recorder,
+    /// How to continue the answer when the stream breaks (issue 32);
+    /// `None` when this request's answers are never continued.
+    cont: Option<Box<Continuer>>,
+    /// What reached the client (kept when `cont` is set).
+    ledger: Ledger,
+    /// The continuation being relayed, when one is.
+    splice: Option<Splice>,
+    /// The client's text of the first break: the error event, if the
+    /// answer cannot be finished, says what broke it (never a later
+    /// candidate's refusal).
+    first_break: Option<String>,
+    /// When bytes last went to the client.
+    last_sent: Instant,
+    /// Held for as long as the stream runs (the concurrency limit).
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Relay {
+    pub(crate) fn new(
+        src: Source,
+        client: Protocol,
+        recorder: Recorder,
+        cont: Option<Box<Continuer>>,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Self {
+        Relay {
+            src,
+            client,
             done: false,
             recorder,
+            cont,
+            ledger: Ledger::new(client),
+            splice: None,
+            first_break: None,
+            last_sent: Instant::now(),
             _permit: permit,
         }
     }
 
+    /// The stream broke: the failure is recorded on the profile, then the
+    /// next candidate is asked to finish the answer; when none can, the
+    /// client gets the error event.
     async fn cut(&mut self, failure: ProviderFailure) -> Bytes {
+        let (text, reason) = self.recorder.failed(&failure).await;
+        if let Some(sp) = &self.splice {
+            self.recorder
+                .metrics
+                .continuation(sp.mode().name(), "broken");
+        }
+        let first = self.first_break.get_or_insert(text).clone();
+        // The broken body is closed now, not when the relay ends.
+        self.src.body = Box::pin(futures_util::stream::empty());
+        let Some(cont) = self.cont.as_mut() else {
+            return self.error_event(&first);
+        };
+        if !self.ledger.continuable() {
+            self.recorder
+                .metrics
+                .continuation("none", "not_continuable");
+            return self.error_event(&first);
+        }
+        let broken = format!("{}/{}", self.recorder.provider, self.recorder.model);
+        match cont.run(&self.ledger.text, reason).await {
+            Ok(out) => {
+                let by = out.model_ref();
+                if let Ok(m) = failover::ModelRef::parse(&by) {
+                    cont.served.push(m);
+                }
+                if let Some(d) = out.deferred {
+                    // A failed write is the state's health's to report.
+                    let _ = self.recorder.runner.settle(d).await;
+                }
+                let c = out.value;
+                tracing::info!(
+                    target: "failover::serve",
+                    from = %broken,
+                    to = %by,
+                    mode = c.mode.name(),
+                    delivered_bytes = self.ledger.text.len(),
+                    "stream_continued"
+                );
+                let mut comment = format!(
+                    ": x-failover-continued: {by} ({}) after {broken} broke off\n",
+                    c.mode.name()
+                );
+                for n in &out.notices {
+                    comment.push_str(&format!(": x-failover-notice: {n}\n"));
+                }
+                comment.push('\n');
+                self.splice = Some(Splice::new(self.client, c.mode, &self.ledger));
+                self.src = Source::new(
+                    c.started,
+                    c.upstream,
+                    self.client,
+                    self.src.client_wants_usage,
+                    c.timeouts.idle,
+                    c.timeouts.total,
+                );
+                self.recorder.provider = out.provider.clone();
+                self.recorder.model = out.model.clone();
+                self.recorder.profile_id = out.profile_id.clone();
+                self.recorder.model_label =
+                    cont.set.model_label(&out.provider, &out.model).to_string();
+                self.last_sent = Instant::now();
+                Bytes::from(comment)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    target: "failover::serve",
+                    from = %broken,
+                    attempts = e.attempts().len(),
+                    "stream_not_continued"
+                );
+                self.recorder.metrics.continuation("any", "failed");
+                self.error_event(&first)
+            }
+        }
+    }
+
+    fn error_event(&mut self, text: &str) -> Bytes {
         self.done = true;
-        let text = self.recorder.failed(&failure).await;
-        Bytes::from(client_error_event(self.client, &text).encode())
+        Bytes::from(client_error_event(self.client, text).encode())
+    }
+
+    /// Client events on their way out: through the splice of a
+    /// continuation, noted in the ledger, encoded. A continuation that
+    /// does not match ends the stream with the first break's error.
+    fn deliver(&mut self, out: Vec<Event>) -> Bytes {
+        let out = match &mut self.splice {
+            None => out,
+            Some(sp) => {
+                let mut all = Vec::with_capacity(out.len());
+                for e in out {
+                    match sp.push(e) {
+                        Ok(evs) => all.extend(evs),
+                        Err(Mismatch) => {
+                            let mode = sp.mode().name();
+                            self.recorder.metrics.continuation(mode, "mismatch");
+                            tracing::warn!(
+                                target: "failover::serve",
+                                provider = %self.recorder.provider,
+                                model = %self.recorder.model,
+                                "continuation_mismatch"
+                            );
+                            self.src.body = Box::pin(futures_util::stream::empty());
+                            let mut bytes = encode(&all);
+                            let text = self.first_break.clone().unwrap_or_default();
+                            bytes.push_str(&client_error_event(self.client, &text).encode());
+                            self.done = true;
+                            return Bytes::from(bytes);
+                        }
+                    }
+                }
+                all
+            }
+        };
+        if self.cont.is_some() {
+            for e in &out {
+                self.ledger.observe(e);
+            }
+        }
+        Bytes::from(encode(&out))
+    }
+
+    /// The upstream ended (or went quiet, or broke) after its answer was
+    /// complete: the client gets the protocol's end as if `[DONE]` had
+    /// come, and the attempt is a success.
+    fn finish_clean(&mut self) -> Option<Bytes> {
+        let out = self.src.translator.push(Event::data("[DONE]"));
+        let bytes = self.deliver(out);
+        if !self.done {
+            self.end();
+        }
+        Some(bytes)
+    }
+
+    fn end(&mut self) {
+        self.done = true;
+        self.recorder.metrics.upstream_latency(
+            &self.recorder.provider,
+            self.src.started.elapsed().as_secs_f64(),
+        );
+        if let Some(sp) = &self.splice {
+            self.recorder
+                .metrics
+                .continuation(sp.mode().name(), "completed");
+        }
     }
 
     /// The next bytes for the client; `None` at the end.
@@ -163,7 +438,7 @@ impl Relay {
             if self.done {
                 return None;
             }
-            if let Some(e) = self.pending.pop_front() {
+            if let Some(e) = self.src.pending.pop_front() {
                 if is_malformed(&e) {
                     return Some(self.cut(ProviderFailure::message(MALFORMED_EVENT)).await);
                 }
@@ -172,31 +447,70 @@ impl Relay {
                     failure.status = error_event_status(&e);
                     return Some(self.cut(failure).await);
                 }
-                let terminal = is_terminal(self.upstream, &e);
-                let out = self.translator.push(e);
-                if terminal {
-                    self.done = true;
-                    self.recorder.metrics.upstream_latency(
-                        &self.recorder.provider,
-                        self.started.elapsed().as_secs_f64(),
-                    );
+                let terminal = is_terminal(self.src.upstream, &e);
+                if self.src.upstream == Protocol::OpenAi && !terminal {
+                    self.src.finish.note(&e);
+                    if self.src.finish.error {
+                        let f = ProviderFailure::message(
+                            "upstream ended the answer with `finish_reason: error`",
+                        )
+                        .with_body(e.data.clone());
+                        return Some(self.cut(f).await);
+                    }
                 }
+                let out = self.src.translator.push(e);
                 if out.is_empty() {
+                    if terminal {
+                        self.end();
+                    }
                     continue;
                 }
-                let mut text = String::new();
-                for ev in &out {
-                    text.push_str(&ev.encode());
+                let bytes = self.deliver(out);
+                if terminal && !self.done {
+                    self.end();
                 }
-                return Some(Bytes::from(text));
+                if bytes.is_empty() {
+                    // A restart's text held back: a comment now and then
+                    // keeps the client's read timeout from firing.
+                    if self.last_sent.elapsed() >= KEEPALIVE {
+                        self.last_sent = Instant::now();
+                        return Some(Bytes::from_static(b": continuing\n\n"));
+                    }
+                    continue;
+                }
+                self.last_sent = Instant::now();
+                return Some(bytes);
             }
-            let wait = (tokio::time::Instant::now() + self.idle).min(self.deadline);
-            match tokio::time::timeout_at(wait, self.body.next()).await {
+            let complete = self.src.complete();
+            let idle = if complete {
+                let grace = if self.src.usage_asked && !self.src.finish.usage {
+                    USAGE_GRACE
+                } else {
+                    FINISH_GRACE
+                };
+                self.src.idle.min(grace)
+            } else {
+                self.src.idle
+            };
+            let wait = (tokio::time::Instant::now() + idle).min(self.src.deadline);
+            let next = tokio::time::timeout_at(wait, self.src.body.next()).await;
+            // Issue 32 item 1: whatever ends the body after a complete
+            // answer (its end, silence, a reset) ends the stream cleanly.
+            if complete && !matches!(next, Ok(Some(Ok(_)))) {
+                return self.finish_clean();
+            }
+            match next {
                 Err(_) => {
-                    let f = ProviderFailure::message(format!(
-                        "upstream timed out: the stream stalled for {} ms",
-                        self.idle.as_millis()
-                    ))
+                    let f = if tokio::time::Instant::now() >= self.src.deadline {
+                        ProviderFailure::message(
+                            "upstream timed out: the answer did not finish within totalMs",
+                        )
+                    } else {
+                        ProviderFailure::message(format!(
+                            "upstream timed out: the stream stalled for {} ms",
+                            self.src.idle.as_millis()
+                        ))
+                    }
                     .with_code("ETIMEDOUT");
                     return Some(self.cut(f).await);
                 }
@@ -212,8 +526,8 @@ impl Relay {
                     );
                     return Some(self.cut(f).await);
                 }
-                Ok(Some(Ok(chunk))) => match self.parser.push(&chunk) {
-                    Ok(events) => self.pending.extend(events),
+                Ok(Some(Ok(chunk))) => match self.src.parser.push(&chunk) {
+                    Ok(events) => self.src.pending.extend(events),
                     Err(msg) => return Some(self.cut(ProviderFailure::message(msg)).await),
                 },
             }
@@ -230,9 +544,45 @@ impl Relay {
     }
 }
 
+fn encode(events: &[Event]) -> String {
+    let mut text = String::new();
+    for ev in events {
+        text.push_str(&ev.encode());
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Issue 32 item 1: an OpenAI answer is complete when every choice
+    // has its finish_reason, `[DONE]` or not.
+    #[test]
+    fn finish_reasons_complete_an_openai_answer() {
+        let mut f = Finish::default();
+        assert!(!f.complete());
+        f.note(&Event::data(
+            r#"{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null},{"index":1,"delta":{"content":"b"}}]}"#,
+        ));
+        f.note(&Event::data(
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        ));
+        assert!(!f.complete(), "choice 1 is still open");
+        f.note(&Event::data(
+            r#"{"choices":[{"index":1,"delta":{},"finish_reason":"length"}]}"#,
+        ));
+        assert!(f.complete() && !f.usage);
+        f.note(&Event::data(
+            r#"{"choices":[],"usage":{"prompt_tokens":1}}"#,
+        ));
+        assert!(f.complete() && f.usage);
+        let mut e = Finish::default();
+        e.note(&Event::data(
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"error"}]}"#,
+        ));
+        assert!(e.error && !e.complete());
+    }
 
     #[test]
     fn error_events_of_both_protocols() {

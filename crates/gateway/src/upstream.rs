@@ -11,7 +11,11 @@
 //!
 //! Time to first byte has its own deadline: the response head and, for a
 //! stream, its first event must come within `firstByteMs`, else the
-//! attempt fails with a `timeout`-shaped error (`ETIMEDOUT`).
+//! attempt fails with a `timeout`-shaped error (`ETIMEDOUT`). A stream's
+//! first *content* has another, `firstTokenMs` (issue 32): until it comes
+//! the events read (`message_start`, role-only chunks, pings) are held, so
+//! nothing has reached the client and a stream that never says anything
+//! fails over like a silent upstream.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -43,6 +47,9 @@ pub(crate) const ERROR_BODY_HEAD: usize = 1 << 20;
 /// A whole (non-streamed) successful answer larger than this is a failure
 /// rather than memory the gateway holds for one request.
 pub(crate) const MAX_ANSWER_BYTES: usize = 64 << 20;
+/// Events held before the first content (pings, `message_start`, role
+/// chunks) at most: past this many the stream is delivered as it is.
+const MAX_HELD_EVENTS: usize = 64;
 /// `anthropic-version` sent when the client gave none.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 
@@ -232,15 +239,19 @@ fn send_failure(e: &hyper_util::client::legacy::Error, uri: &axum::http::Uri) ->
         (Some(h), None) => h.to_string(),
         (None, _) => "the upstream".to_string(),
     };
-    let what = if e.is_connect() {
-        format!(
+    if e.is_connect() {
+        let what = format!(
             "connection refused or failed ({host}: {})",
             connect_cause(e)
-        )
-    } else {
-        format!("network error ({host})")
-    };
-    AttemptError::Provider(ProviderFailure::transport(&what))
+        );
+        return AttemptError::Provider(ProviderFailure::transport(&what));
+    }
+    // The request went out and the connection broke before the response
+    // head: a reset (`ECONNRESET`, which the rules read as `timeout` as
+    // they read the message), which a retry budget may ask again.
+    AttemptError::Provider(
+        ProviderFailure::transport(&format!("network error ({host})")).with_code("ECONNRESET"),
+    )
 }
 
 /// Why a connection could not be made, from the error's sources: one of a
@@ -373,6 +384,9 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
     let started = Instant::now();
     let total_deadline = tokio::time::Instant::now() + u.timeouts.total;
     let first_deadline = tokio::time::Instant::now() + u.timeouts.first_byte.min(u.timeouts.total);
+    // From the request, like the first byte's (issue 32).
+    let first_token_deadline =
+        tokio::time::Instant::now() + u.timeouts.first_token.min(u.timeouts.total);
     let mut headers = match input.profile {
         Some((id, p)) => auth_headers(u.api, p, id)?,
         None if u.keyless => HeaderMap::new(),
@@ -453,14 +467,36 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
             ));
         }
         let mut parser = SseParser::default();
+        let proto = protocol_of(u.api);
+        // The events read so far: held until the first content, so that
+        // a stream whose content never comes fails over before the
+        // client has a byte (`firstTokenMs`).
+        let mut first: Vec<Event> = Vec::new();
         loop {
-            let next = tokio::time::timeout_at(first_deadline, body.next()).await;
+            let (deadline, what, after) = if first.is_empty() {
+                (first_deadline, "no first event", u.timeouts.first_byte)
+            } else {
+                (
+                    first_token_deadline,
+                    "no first token",
+                    u.timeouts.first_token,
+                )
+            };
+            let next = tokio::time::timeout_at(deadline, body.next()).await;
             let chunk = match next {
-                Err(_) => return Err(timeout_failure("no first event", u.timeouts.first_byte)),
-                Ok(None) => {
+                Err(_) => return Err(timeout_failure(what, after)),
+                Ok(None) if first.is_empty() => {
                     return Err(AttemptError::Provider(
                         ProviderFailure::message("upstream stream ended before its first event")
                             .with_status(status),
+                    ))
+                }
+                Ok(None) => {
+                    return Err(AttemptError::Provider(
+                        ProviderFailure::message(
+                            "upstream stream ended before its first token (connection reset)",
+                        )
+                        .with_status(status),
                     ))
                 }
                 Ok(Some(Err(e))) => return Err(body_failure(&e)),
@@ -473,9 +509,11 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
             if events.is_empty() {
                 continue;
             }
-            input
-                .metrics
-                .first_byte(&u.id, started.elapsed().as_secs_f64());
+            if first.is_empty() {
+                input
+                    .metrics
+                    .first_byte(&u.id, started.elapsed().as_secs_f64());
+            }
             if events.iter().any(super::sse::is_malformed) {
                 return Err(AttemptError::Provider(
                     ProviderFailure::message(super::sse::MALFORMED_EVENT).with_status(status),
@@ -488,12 +526,16 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
                 failure.status = super::sse::error_event_status(err);
                 return Err(AttemptError::Provider(failure));
             }
-            return Ok(Answer::Stream(Started {
-                body,
-                parser,
-                first: events,
-                started,
-            }));
+            let content = events.iter().any(|e| !super::sse::is_preamble(proto, e));
+            first.extend(events);
+            if content || first.len() >= MAX_HELD_EVENTS {
+                return Ok(Answer::Stream(Started {
+                    body,
+                    parser,
+                    first,
+                    started,
+                }));
+            }
         }
     }
     input

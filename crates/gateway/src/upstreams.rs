@@ -8,8 +8,11 @@
 //!       baseUrl: https://api.openai.com/v1      # `/chat/completions` is appended
 //!       api: openai-completions
 //!       apiKey: "${OPENAI_API_KEY}"             # an environment reference only
-//!       timeouts: { connectMs: 5000, firstByteMs: 60000, totalMs: 600000 }
-//!       models: [gpt-5.2]                       # listed by GET /v1/models
+//!       timeouts: { connectMs: 5000, firstByteMs: 60000, firstTokenMs: 60000, idleMs: 30000, totalMs: 600000 }
+//!       retries: { max: 2, baseDelayMs: 500, maxDelayMs: 8000 }   # same-candidate retries
+//!       models:                                 # listed by GET /v1/models
+//!         - gpt-5.2
+//!         - { id: gpt-5.2-mini, contextWindow: 400000, continuation: restart }
 //!     anthropic:
 //!       baseUrl: https://api.anthropic.com      # `/v1/messages` is appended
 //!       api: anthropic-messages
@@ -76,30 +79,101 @@ impl Api {
     }
 }
 
-/// Per-provider timeouts. A first byte that does not come in time is a
-/// failure classified as `timeout` (issue 12, "Streaming").
+/// Per-provider deadlines (`timeouts`), each in milliseconds in the
+/// config. Before anything reached the client a deadline is a failure
+/// classified as `timeout` and the chain moves on; after, `idleMs` and
+/// `totalMs` break the stream, which the next candidate continues
+/// (`stream.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeouts {
-    /// TCP (and TLS) connect.
+    /// `connectMs`: TCP (and TLS) connect.
     pub connect: Duration,
-    /// From sending the request to the response head and, when streaming,
-    /// to the first event of the body.
+    /// `firstByteMs`: from sending the request to the response head and,
+    /// when streaming, to the first event of the body.
     pub first_byte: Duration,
-    /// The whole call, body included; also the longest pause between two
-    /// chunks of a stream.
+    /// `firstTokenMs`: from sending the request to the first *content* of
+    /// a stream (a text, tool-call or reasoning delta, or the end of the
+    /// answer): `message_start`, role-only chunks and pings do not count.
+    pub first_token: Duration,
+    /// `idleMs`: the longest gap between two chunks of a stream once its
+    /// content has begun.
+    pub idle: Duration,
+    /// `totalMs`: the whole attempt, body included.
     pub total: Duration,
 }
 
 impl Timeouts {
     /// Connect 10 s: a live provider answers a SYN in milliseconds. First
     /// byte 120 s: a long prompt on a slow model takes that long before the
-    /// first token. Total 10 min: the longest answer a gateway should hold
-    /// a connection for.
+    /// first token. First token and idle: the first-byte value (120 s
+    /// unless `firstByteMs` is set), so a reasoning model that thinks in
+    /// silence is not cut. Total 10 min: the longest answer a gateway
+    /// should hold a connection for.
     pub const DEFAULT: Timeouts = Timeouts {
         connect: Duration::from_secs(10),
         first_byte: Duration::from_secs(120),
+        first_token: Duration::from_secs(120),
+        idle: Duration::from_secs(120),
         total: Duration::from_secs(600),
     };
+}
+
+/// How a candidate continues an answer that another one's stream broke
+/// off after its first byte (issue 32; `models.providers.<id>.models[]
+/// .continuation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Continuation {
+    /// The original request plus the text delivered so far as a trailing
+    /// assistant message; the answer's continuation is forwarded. The
+    /// default of `anthropic-messages`.
+    Prefill,
+    /// The original request again; its output is held until it has passed
+    /// the delivered text, checked to begin with exactly that text, and
+    /// only the rest forwarded. The default of `openai-completions`
+    /// (OpenAI gives a trailing assistant message no defined meaning).
+    Restart,
+    /// The candidate does not continue answers (the stream ends with the
+    /// error event).
+    None,
+}
+
+impl Continuation {
+    /// The config and metric name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Continuation::Prefill => "prefill",
+            Continuation::Restart => "restart",
+            Continuation::None => "none",
+        }
+    }
+
+    fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "prefill" => Some(Continuation::Prefill),
+            "restart" => Some(Continuation::Restart),
+            "none" => Some(Continuation::None),
+            _ => None,
+        }
+    }
+
+    /// The default for an `api`.
+    pub fn default_for(api: Api) -> Self {
+        match api {
+            Api::AnthropicMessages => Continuation::Prefill,
+            Api::OpenAiCompletions => Continuation::Restart,
+        }
+    }
+}
+
+/// One entry of `models.providers.<id>.models`: a model id, or a mapping
+/// `{ id, contextWindow, continuation }`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelInfo {
+    pub id: String,
+    /// `contextWindow`, in tokens, when declared.
+    pub context_window: Option<u64>,
+    /// `continuation`, when declared (else the `api`'s default).
+    pub continuation: Option<Continuation>,
 }
 
 /// One `models.providers.<id>`.
@@ -111,6 +185,9 @@ pub struct Upstream {
     pub base_url: String,
     pub api: Api,
     pub timeouts: Timeouts,
+    /// `retries`: the same-candidate retry budget (issue 32; `max: 0`, no
+    /// retry, unless set).
+    pub retries: failover::RetryBudget,
     /// `apiKey: "${VAR}"` resolved; becomes the `<id>:default` profile.
     pub env_key: Option<Secret>,
     /// `auth: none`: the provider takes no credential (a local server).
@@ -119,6 +196,9 @@ pub struct Upstream {
     pub keyless: bool,
     /// `models`: ids listed by `GET /v1/models`.
     pub models: Vec<String>,
+    /// `models` as declared, with their context windows and continuation
+    /// modes.
+    pub model_info: Vec<ModelInfo>,
     /// [`Upstream::endpoint`] parsed once, when the config is read: parsing
     /// a URL per request was about 10% of the gateway's own instructions
     /// (callgrind, benches/README.md "Gateway").
@@ -142,6 +222,24 @@ impl Upstream {
     /// Anthropic's does not).
     pub fn endpoint(&self) -> String {
         endpoint_of(&self.base_url, self.api)
+    }
+
+    /// How `model` continues a broken answer: as declared, else the
+    /// `api`'s default.
+    pub fn continuation(&self, model: &str) -> Continuation {
+        self.model_info
+            .iter()
+            .find(|m| m.id == model)
+            .and_then(|m| m.continuation)
+            .unwrap_or(Continuation::default_for(self.api))
+    }
+
+    /// The declared context window of `model`, in tokens.
+    pub fn context_window(&self, model: &str) -> Option<u64> {
+        self.model_info
+            .iter()
+            .find(|m| m.id == model)
+            .and_then(|m| m.context_window)
     }
 
     /// [`Upstream::endpoint`], parsed (and normalised as a URL).
@@ -546,48 +644,129 @@ fn provider(
         );
     }
     let mut timeouts = Timeouts::DEFAULT;
+    let (mut first_token, mut idle) = (None, None);
     if let Some(t) = get(map, "timeouts") {
         match t.as_mapping() {
             Some(tm) => {
                 for (k, v) in tm {
                     let Some(name) = key_of(k) else { continue };
                     let p = format!("{path}.timeouts.{name}");
-                    let slot = match name {
-                        "connectMs" => &mut timeouts.connect,
-                        "firstByteMs" => &mut timeouts.first_byte,
-                        "totalMs" => &mut timeouts.total,
+                    let Some(d) = (match name {
+                        "connectMs" | "firstByteMs" | "firstTokenMs" | "idleMs" | "totalMs" => {
+                            millis(v, &p, problems)
+                        }
                         _ => {
                             problems.push(UpstreamProblem {
                                 path: p,
-                                message:
-                                    "unknown key: expected `connectMs`, `firstByteMs` or `totalMs`"
-                                        .into(),
+                                message: "unknown key: expected `connectMs`, `firstByteMs`, `firstTokenMs`, `idleMs` or `totalMs`".into(),
                             });
                             continue;
                         }
+                    }) else {
+                        continue;
                     };
-                    if let Some(d) = millis(v, &p, problems) {
-                        *slot = d;
+                    match name {
+                        "connectMs" => timeouts.connect = d,
+                        "firstByteMs" => timeouts.first_byte = d,
+                        "firstTokenMs" => first_token = Some(d),
+                        "idleMs" => idle = Some(d),
+                        _ => timeouts.total = d,
                     }
                 }
             }
             None => problems.push(UpstreamProblem {
                 path: format!("{path}.timeouts"),
-                message: "expected a mapping of `connectMs`, `firstByteMs`, `totalMs`".into(),
+                message: "expected a mapping of `connectMs`, `firstByteMs`, `firstTokenMs`, `idleMs`, `totalMs`".into(),
+            }),
+        }
+    }
+    // Unset, both follow `firstByteMs` (the documented defaults).
+    timeouts.first_token = first_token.unwrap_or(timeouts.first_byte);
+    timeouts.idle = idle.unwrap_or(timeouts.first_byte);
+    let mut retries = failover::RetryBudget::DEFAULT;
+    if let Some(t) = get(map, "retries") {
+        match t.as_mapping() {
+            Some(tm) => {
+                for (k, v) in tm {
+                    let Some(name) = key_of(k) else { continue };
+                    let p = format!("{path}.retries.{name}");
+                    let n = match v.as_u64() {
+                        Some(n) => n,
+                        None => {
+                            problems.push(UpstreamProblem {
+                                path: p,
+                                message: "expected a whole number".into(),
+                            });
+                            continue;
+                        }
+                    };
+                    match name {
+                        "max" if n <= 10 => retries.max = n as u32,
+                        "max" => problems.push(UpstreamProblem {
+                            path: p,
+                            message: "expected at most 10 retries".into(),
+                        }),
+                        "baseDelayMs" => retries.base_delay_ms = n,
+                        "maxDelayMs" => retries.max_delay_ms = n,
+                        _ => problems.push(UpstreamProblem {
+                            path: p,
+                            message: "unknown key: expected `max`, `baseDelayMs` or `maxDelayMs`"
+                                .into(),
+                        }),
+                    }
+                }
+            }
+            None => problems.push(UpstreamProblem {
+                path: format!("{path}.retries"),
+                message: "expected a mapping of `max`, `baseDelayMs`, `maxDelayMs`".into(),
             }),
         }
     }
     let mut models = Vec::new();
+    let mut model_info = Vec::new();
     if let Some(Value::Sequence(list)) = get(map, "models") {
-        for m in list {
-            let id = match m {
-                Value::String(s) => Some(s.as_str()),
-                Value::Mapping(mm) => get(mm, "id").and_then(Value::as_str),
-                _ => None,
+        for (i, m) in list.iter().enumerate() {
+            let mut info = match m {
+                Value::String(s) => ModelInfo {
+                    id: s.trim().to_string(),
+                    context_window: None,
+                    continuation: None,
+                },
+                Value::Mapping(mm) => match get(mm, "id").and_then(Value::as_str) {
+                    Some(id) => ModelInfo {
+                        id: id.trim().to_string(),
+                        context_window: None,
+                        continuation: None,
+                    },
+                    None => continue,
+                },
+                _ => continue,
             };
-            if let Some(id) = id {
-                models.push(id.trim().to_string());
+            if let Value::Mapping(mm) = m {
+                let p = format!("{path}.models[{i}]");
+                match get(mm, "contextWindow") {
+                    None => {}
+                    Some(v) => match v.as_u64() {
+                        Some(n) if n > 0 => info.context_window = Some(n),
+                        _ => problems.push(UpstreamProblem {
+                            path: format!("{p}.contextWindow"),
+                            message: "expected a positive whole number of tokens".into(),
+                        }),
+                    },
+                }
+                match get(mm, "continuation") {
+                    None => {}
+                    Some(v) => match v.as_str().map(str::trim).and_then(Continuation::from_name) {
+                        Some(c) => info.continuation = Some(c),
+                        None => problems.push(UpstreamProblem {
+                            path: format!("{p}.continuation"),
+                            message: "expected `prefill`, `restart` or `none`".into(),
+                        }),
+                    },
+                }
             }
+            models.push(info.id.clone());
+            model_info.push(info);
         }
     }
     let (base_url, api) = (base_url?, api?);
@@ -611,9 +790,11 @@ fn provider(
         base_url,
         api,
         timeouts,
+        retries,
         env_key,
         keyless,
         models,
+        model_info,
         endpoint_uri,
     })
 }
@@ -648,6 +829,9 @@ mod tests {
         );
         assert_eq!(o.endpoint(), "http://127.0.0.1:1/v1/chat/completions");
         assert_eq!(o.timeouts.first_byte, Duration::from_millis(250));
+        // Unset, first token and idle follow the first byte.
+        assert_eq!(o.timeouts.first_token, Duration::from_millis(250));
+        assert_eq!(o.timeouts.idle, Duration::from_millis(250));
         assert!(!format!("{o:?}").contains("sk-from-env"));
         let missing = text.replace("TEST_KEY", "NOPE_KEY");
         let e = parse(&missing, &env).unwrap_err();
@@ -688,6 +872,61 @@ mod tests {
             e[0].message.starts_with("not a valid URL"),
             "{}",
             e[0].message
+        );
+    }
+
+    // Issue 32 item 3: every deadline is read; an unknown key is named.
+    #[test]
+    fn timeouts_are_read_each_with_its_default() {
+        let text = "models:\n  providers:\n    a:\n      baseUrl: http://h:1/v1\n      api: openai-completions\n      timeouts: { connectMs: 1, firstByteMs: 2, firstTokenMs: 3, idleMs: 4, totalMs: 5 }\n    b: { baseUrl: 'http://h:1/v1', api: openai-completions }\n";
+        let (u, _) = parse(text, &env).unwrap();
+        let t = u.get("a").unwrap().timeouts;
+        let ms = Duration::from_millis;
+        assert_eq!(
+            (t.connect, t.first_byte, t.first_token, t.idle, t.total),
+            (ms(1), ms(2), ms(3), ms(4), ms(5))
+        );
+        assert_eq!(u.get("b").unwrap().timeouts, Timeouts::DEFAULT);
+        assert_eq!(u.get("b").unwrap().retries.max, 0, "no retry unless asked");
+        let r = "models:\n  providers:\n    a:\n      baseUrl: http://h:1/v1\n      api: openai-completions\n      retries: { max: 2, baseDelayMs: 100, maxDelayMs: 400 }\n";
+        let (u, _) = parse(r, &env).unwrap();
+        let b = u.get("a").unwrap().retries;
+        assert_eq!((b.max, b.base_delay_ms, b.max_delay_ms), (2, 100, 400));
+        let e = parse(&r.replace("max: 2", "max: 99"), &env).unwrap_err();
+        assert_eq!(e[0].path, "models.providers.a.retries.max");
+        assert_eq!(Timeouts::DEFAULT.first_byte, Duration::from_secs(120));
+        let e = parse(&text.replace("idleMs", "stallMs"), &env).unwrap_err();
+        assert_eq!(e[0].path, "models.providers.a.timeouts.stallMs");
+        assert!(e[0].message.contains("`firstTokenMs`, `idleMs`"));
+    }
+
+    // Issue 32: models may declare a context window and a continuation
+    // mode; the modes default per `api`; bad values are named.
+    #[test]
+    fn models_declare_windows_and_continuation() {
+        let text = "models:\n  providers:\n    a:\n      baseUrl: http://h:1/v1\n      api: openai-completions\n      models: [plain, { id: big, contextWindow: 200000, continuation: prefill }]\n    b:\n      baseUrl: http://h:1\n      api: anthropic-messages\n      models: [{ id: c, continuation: none }, d]\n";
+        let (u, _) = parse(text, &env).unwrap();
+        let a = u.get("a").unwrap();
+        assert_eq!(a.models, ["plain", "big"]);
+        assert_eq!(a.continuation("plain"), Continuation::Restart);
+        assert_eq!(a.continuation("big"), Continuation::Prefill);
+        assert_eq!(a.context_window("big"), Some(200_000));
+        assert_eq!(a.context_window("plain"), None);
+        let b = u.get("b").unwrap();
+        assert_eq!(b.continuation("c"), Continuation::None);
+        assert_eq!(b.continuation("d"), Continuation::Prefill);
+        assert_eq!(b.continuation("unlisted"), Continuation::Prefill);
+        let bad = text
+            .replace("contextWindow: 200000", "contextWindow: -1")
+            .replace("continuation: none", "continuation: splice");
+        let e = parse(&bad, &env).unwrap_err();
+        let paths: Vec<&str> = e.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "models.providers.a.models[1].contextWindow",
+                "models.providers.b.models[0].continuation"
+            ]
         );
     }
 

@@ -214,6 +214,8 @@ fn rollback_entry(written: &OverrideFields, before: &OverrideFields, e: &mut Ses
 /// The state of one walk down the chain.
 #[derive(Default)]
 struct Walk {
+    /// `fallbackStepType` of the run's decisions.
+    step: &'static str,
     attempts: Vec<AttemptRecord>,
     decisions: Vec<Decision>,
     /// Providers a `skip provider` reason ruled out, with the reason.
@@ -226,7 +228,7 @@ struct Walk {
 
 impl Walk {
     fn decide(&mut self, d: Decision) {
-        emit(&d);
+        emit(&d, self.step);
         self.decisions.push(d);
     }
 
@@ -324,13 +326,13 @@ fn live_switch(
 }
 
 /// The `model_fallback_decision` event with the flat step fields (R14.2).
-fn emit(d: &Decision) {
+fn emit(d: &Decision, step: &str) {
     macro_rules! event {
         ($lvl:ident) => {
             tracing::$lvl!(
                 target: "failover::run",
                 decision = d.decision.name(),
-                fallbackStepType = "fallback_step",
+                fallbackStepType = if step.is_empty() { "fallback_step" } else { step },
                 fallbackStepFromModel = %d.from_model,
                 fallbackStepToModel = d.to_model.as_deref().unwrap_or(""),
                 fallbackStepFromFailureReason = d.reason.as_deref().unwrap_or(""),
@@ -700,8 +702,22 @@ impl Runner {
         let (turn, mut first_state) = self.begin(request).await?;
         let mut walk = Walk::default();
         let mut i = 0;
+        // Issue 32: a continuation starts after the candidate that broke.
+        if let Some(after) = request.resume_after.last() {
+            walk.step = "continuation";
+            let cands = &turn.chain.candidates;
+            i = cands
+                .iter()
+                .position(|c| c.model == *after)
+                .map_or(0, |p| p + 1);
+            first_state = None;
+        }
         while i < turn.chain.candidates.len() {
             let cand = Candidate::at(&turn.chain, i);
+            if request.resume_after.contains(&cand.model) {
+                i += 1;
+                continue;
+            }
             let now = self.now_ms();
             // The run's first read serves the first candidate.
             let state = if i == 0 { first_state.take() } else { None };
@@ -974,10 +990,34 @@ impl Runner {
                 self.health.absorb("record a probe", r);
             }
             let guard = self.persist_fallback(turn, cand, profile_id, now).await;
-            let number = walk.attempts.len() + 1;
-            let result = self
-                .call(turn, cand, profile_id, number, tries.probe, attempt)
-                .await;
+            let mut retried = 0;
+            let result = loop {
+                let number = walk.attempts.len() + 1;
+                let r = self
+                    .call(turn, cand, profile_id, number, tries.probe, attempt)
+                    .await;
+                // Issue 32: the provider's retry budget, same candidate
+                // and profile, nothing marked until it is spent.
+                let Err(AttemptError::Provider(f)) = &r else {
+                    break r;
+                };
+                let Some((wait, max)) = self.retry_wait(cand, f, retried) else {
+                    break r;
+                };
+                retried += 1;
+                self.retried(
+                    turn,
+                    cand,
+                    profile_id,
+                    tries.probe,
+                    f,
+                    (retried, max, wait),
+                    walk,
+                );
+                if wait > 0 {
+                    self.sleeper.sleep(wait).await;
+                }
+            };
             let record = AttemptRecord {
                 provider: p.into(),
                 model: cand.model_name().into(),
@@ -1023,6 +1063,101 @@ impl Runner {
             }
         }
         Ok(Reached::Next)
+    }
+
+    /// Issue 32: whether a failure is asked again of the same candidate,
+    /// and after how many ms (see [`super::RetryBudget`]); with the
+    /// budget's `max`.
+    fn retry_wait(
+        &self,
+        cand: &Candidate,
+        f: &ProviderFailure,
+        retried: u32,
+    ) -> Option<(u64, u32)> {
+        let b = self
+            .retries
+            .get(&crate::store::normalize_provider(cand.provider()))?;
+        if retried >= b.max || f.code.as_deref() == Some("ETIMEDOUT") {
+            return None;
+        }
+        let server = f
+            .status
+            .is_some_and(|s| s == 429 || s == 529 || (500..600).contains(&s));
+        let reset = f.status.is_none() && f.code.as_deref() == Some("ECONNRESET");
+        if !server && !reset {
+            return None;
+        }
+        let c = self
+            .engine
+            .classify(&f.as_provider_error(cand.provider(), cand.model_name()));
+        let bh = c.behaviour;
+        if !bh.failover || bh.disable.is_some() || bh.skip_provider || bh.handoff.is_some() {
+            return None;
+        }
+        if let Some(at) = f.reset_at {
+            let wait = at.saturating_sub(self.now_ms());
+            return match self.retry_cap.0 {
+                Some(cap) if u128::from(wait) > cap.as_millis() => None,
+                _ => Some((wait, b.max)),
+            };
+        }
+        let ceiling = b
+            .base_delay_ms
+            .saturating_mul(1u64 << retried.min(30))
+            .min(b.max_delay_ms);
+        Some((self.jitter_ms(ceiling), b.max))
+    }
+
+    /// Records a failure that is retried: an attempt and a decision, no
+    /// mark on the profile.
+    #[allow(clippy::too_many_arguments)]
+    fn retried(
+        &self,
+        turn: &Turn<'_>,
+        cand: &Candidate,
+        profile_id: &Option<String>,
+        probe: bool,
+        f: &ProviderFailure,
+        (n, max, wait): (u32, u32, u64),
+        walk: &mut Walk,
+    ) {
+        let c = self
+            .engine
+            .classify(&f.as_provider_error(cand.provider(), cand.model_name()));
+        let text = scrub(&f.text(), &turn.secrets);
+        walk.attempts.push(AttemptRecord {
+            provider: cand.provider().into(),
+            model: cand.model_name().into(),
+            profile_id: profile_id.clone(),
+            outcome: AttemptOutcome::Retried,
+            reason: Some(c.reason.to_string()),
+            rule: c.rule.map(str::to_string),
+            decided_by: Some(c.decided_by.as_str()),
+            probability: (c.decided_by == crate::classify::Decider::Model)
+                .then_some(c.probability)
+                .flatten(),
+            status: c.status.or(f.status),
+            code: f.code.as_deref().map(|c| scrub(c, &turn.secrets)),
+            error: Some(text.clone()),
+            probe,
+            at_ms: self.now_ms(),
+        });
+        walk.decide(Decision {
+            decision: DecisionKind::RetrySameCandidate,
+            from_model: cand.model.to_string(),
+            to_model: Some(cand.model.to_string()),
+            reason: Some(c.reason.to_string()),
+            detail: Some(cut(
+                &format!("retry {n} of {max} in {wait} ms: {text}"),
+                DETAIL_CHARS,
+            )),
+            position: cand.index + 1,
+            outcome: StepOutcome::Retrying,
+            classified_by: Some(c.decided_by.as_str()),
+            probability: (c.decided_by == crate::classify::Decider::Model)
+                .then_some(c.probability)
+                .flatten(),
+        });
     }
 
     /// R11.3: persists the fallback before the attempt, so every reader of
@@ -1260,6 +1395,13 @@ impl Runner {
         // error as it is; R16.8: so does an unrecognised error on the last
         // candidate.
         let stop = !b.failover || (verdict.name == UNCLASSIFIED && cand.is_last && !rotate);
+        // R9.8: a context overflow (handed off to compaction) skips forward
+        // to the first later candidate whose declared window is larger.
+        if stop && b.handoff.as_deref() == Some("compaction") {
+            if let Some(j) = self.larger_window(turn, cand) {
+                return Ok(self.skip_to_larger_window(turn, cand, j, &verdict, walk));
+            }
+        }
         walk.decide(Decision {
             decision: DecisionKind::CandidateFailed,
             from_model: cand.model.to_string(),
@@ -1318,10 +1460,74 @@ impl Runner {
         })
     }
 
+    /// R9.8: the first candidate after `cand` whose declared context
+    /// window is larger than `cand`'s (both declared).
+    fn larger_window(&self, turn: &Turn<'_>, cand: &Candidate) -> Option<usize> {
+        let failed = self.window_of(&cand.model)?;
+        let cands = &turn.chain.candidates;
+        (cand.index + 1..cands.len())
+            .find(|&j| self.window_of(&cands[j].model).is_some_and(|w| w > failed))
+    }
+
+    /// R9.8: the overflow is a failed step to candidate `j`; the
+    /// candidates between, whose windows are not larger (or unknown), are
+    /// skipped with the reason.
+    fn skip_to_larger_window(
+        &self,
+        turn: &Turn<'_>,
+        cand: &Candidate,
+        j: usize,
+        verdict: &Verdict<'_>,
+        walk: &mut Walk,
+    ) -> AfterError {
+        let to = turn.chain.candidates[j].model.to_string();
+        let failed = self.window_of(&cand.model).unwrap_or(0);
+        walk.decide(Decision {
+            decision: DecisionKind::CandidateFailed,
+            from_model: cand.model.to_string(),
+            to_model: Some(to.clone()),
+            reason: Some(verdict.name.to_string()),
+            detail: Some(cut(
+                &format!(
+                    "{}; context window {failed} tokens: next candidate with a larger window is {to}",
+                    verdict.text
+                ),
+                DETAIL_CHARS,
+            )),
+            position: cand.index + 1,
+            outcome: StepOutcome::NextFallback,
+            classified_by: Some(verdict.decided_by),
+            probability: verdict.probability,
+        });
+        let now = self.now_ms();
+        for k in cand.index + 1..j {
+            let c = Candidate::at(&turn.chain, k);
+            let why = match self.window_of(&c.model) {
+                Some(w) => format!(
+                    "{} has a context window of {w} tokens, not larger than the {failed} that overflowed",
+                    c.model
+                ),
+                None => format!(
+                    "{} declares no context window (after a context overflow at {failed} tokens)",
+                    c.model
+                ),
+            };
+            walk.skipped(&c, Some(verdict.name.to_string()), why, now);
+        }
+        AfterError::Jump(j)
+    }
+
     /// Step 7: every candidate failed or was skipped. A run of one attempt
     /// surfaces that attempt's error as it is.
     async fn exhausted(&self, turn: &Turn<'_>, mut walk: Walk) -> RunError {
-        if walk.attempts.len() == 1 {
+        // Retries of the same candidate do not make a run of one attempt
+        // a summary.
+        let tried = walk
+            .attempts
+            .iter()
+            .filter(|a| a.outcome != AttemptOutcome::Retried)
+            .count();
+        if tried == 1 {
             if let Some(mut last) = walk.last.take() {
                 last.attempts = walk.attempts;
                 last.decisions = walk.decisions;
@@ -1386,8 +1592,10 @@ impl Runner {
                 return None;
             }
             let reason = if failed.is_empty() {
-                e.fallback_notice_reason
-                    .clone()
+                // A continuation: the break is the fallback's reason.
+                let resumed = request.resume_reason.as_ref().map(|r| r.replace('_', " "));
+                resumed
+                    .or_else(|| e.fallback_notice_reason.clone())
                     .unwrap_or_else(|| notice_reason(&failed))
             } else {
                 notice_reason(&failed)

@@ -165,6 +165,16 @@ pub struct RunRequest {
     /// does an auth failure of a fallback leave a skip-cache mark (R12.2),
     /// for the same reasons.
     pub one_off: bool,
+    /// The run continues an answer that these candidates served, in
+    /// order, the last of which broke off (a gateway's stream cut after
+    /// its first byte, issue 32): the run starts at the candidate after
+    /// the last one in the chain, with every rule of selection as usual,
+    /// and none of them is tried again. Empty: an ordinary run. Its
+    /// decisions carry `fallbackStepType = "continuation"`.
+    pub resume_after: Vec<ModelRef>,
+    /// The reason the answer broke off (with [`RunRequest::resume_after`]):
+    /// the notice's reason when the continuation itself saw no failure.
+    pub resume_reason: Option<String>,
 }
 
 impl RunRequest {
@@ -287,6 +297,45 @@ impl ReprobeClocks {
     }
 }
 
+/// A provider's same-candidate retry budget (issue 32;
+/// `models.providers.<id>.retries`): a failure that is a rate limit, an
+/// overload or a server error (a 429, 529 or 5xx, or a connection reset
+/// before the response head, code `ECONNRESET`) is asked again of the same
+/// candidate and profile up to `max` times, after a backoff: the wait the
+/// response asked for (`Retry-After`, `retry-after-ms`) when it is within
+/// the R7.5 cap (above it: no retry, the run fails over at once), else
+/// full jitter, a random wait in `0 ..= min(max_delay_ms, base_delay_ms ×
+/// 2^retry)`. Never a deadline (`ETIMEDOUT`: a silent upstream is not
+/// asked again), never a reason that disables, skips the provider, hands
+/// off or stops. The cooldown is recorded when the budget is spent, not
+/// per retry; each retry is an [`AttemptOutcome::Retried`] attempt and a
+/// `retry_same_candidate` decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryBudget {
+    /// Retries after the first attempt (0: none, the default).
+    pub max: u32,
+    /// The first backoff's ceiling, in ms.
+    pub base_delay_ms: u64,
+    /// The largest backoff ceiling, in ms.
+    pub max_delay_ms: u64,
+}
+
+impl RetryBudget {
+    /// No retry; when retries are asked for, backoff ceilings of 500 ms
+    /// doubling to 8 s (both SDKs' shape).
+    pub const DEFAULT: RetryBudget = RetryBudget {
+        max: 0,
+        base_delay_ms: 500,
+        max_delay_ms: 8_000,
+    };
+}
+
+impl Default for RetryBudget {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
 /// The fallback executor. Build once per agent and share (`Arc`); see the
 /// module documentation.
 pub struct Runner {
@@ -302,6 +351,14 @@ pub struct Runner {
     skip_ttl_ms: Option<u64>,
     shared: Mutex<Shared>,
     health: Arc<StateHealth>,
+    /// Retry budgets by provider (lower-cased), issue 32.
+    retries: HashMap<String, RetryBudget>,
+    /// The R7.5 cap on a requested wait a retry honours.
+    retry_cap: RetryCap,
+    /// The state of the backoff's jitter (splitmix64).
+    jitter: std::sync::atomic::AtomicU64,
+    /// Declared context windows by `provider/model`, issue 32.
+    windows: HashMap<String, u64>,
 }
 
 impl std::fmt::Debug for Runner {
@@ -375,7 +432,63 @@ impl Runner {
             skip_ttl_ms: None,
             shared: Mutex::new(Shared::default()),
             health: Arc::default(),
+            retries: HashMap::new(),
+            retry_cap: RetryCap::default(),
+            jitter: std::sync::atomic::AtomicU64::new(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0x5eed, |d| d.as_nanos() as u64),
+            ),
+            windows: HashMap::new(),
         })
+    }
+
+    /// Same-candidate retry budgets by provider (see [`RetryBudget`]), and
+    /// the cap (R7.5) on a requested wait they honour.
+    pub fn with_retries(
+        mut self,
+        budgets: impl IntoIterator<Item = (String, RetryBudget)>,
+        cap: RetryCap,
+    ) -> Self {
+        self.retries = budgets
+            .into_iter()
+            .map(|(p, b)| (crate::store::normalize_provider(&p), b))
+            .collect();
+        self.retry_cap = cap;
+        self
+    }
+
+    /// Declared context windows (tokens) by model, for the
+    /// context-window-aware fallback of a `context_overflow` (SPEC R9.4).
+    pub fn with_context_windows(
+        mut self,
+        windows: impl IntoIterator<Item = (ModelRef, u64)>,
+    ) -> Self {
+        self.windows = windows
+            .into_iter()
+            .map(|(m, w)| (m.to_string(), w))
+            .collect();
+        self
+    }
+
+    /// The declared context window of a candidate.
+    pub(crate) fn window_of(&self, m: &ModelRef) -> Option<u64> {
+        self.windows.get(&m.to_string()).copied()
+    }
+
+    /// A full-jitter wait in `0 ..= ceiling` ms.
+    pub(crate) fn jitter_ms(&self, ceiling: u64) -> u64 {
+        let mut z = self
+            .jitter
+            .fetch_add(0x9e37_79b9_7f4a_7c15, std::sync::atomic::Ordering::Relaxed)
+            .wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        match ceiling.checked_add(1) {
+            Some(n) => z % n,
+            None => z,
+        }
     }
 
     /// Reports state write failures to `health` (a gateway shares one

@@ -616,6 +616,7 @@ pub fn attempt_line(a: &AttemptRecord, with_profile: bool) -> String {
         AttemptOutcome::Failed => "failed",
         AttemptOutcome::Skipped => "skipped",
         AttemptOutcome::Switched => "switched",
+        AttemptOutcome::Retried => "retried",
     };
     s.push(' ');
     s.push_str(outcome);

@@ -289,6 +289,9 @@ pub enum AttemptOutcome {
     Skipped,
     /// Abandoned for a later candidate by a live model switch.
     Switched,
+    /// Failed, and asked again after a backoff: the provider's retry
+    /// budget (issue 32). Nothing was marked on the profile.
+    Retried,
 }
 
 /// One attempt (or skipped candidate) of a run (R14.1). Holds a profile
@@ -361,6 +364,9 @@ pub enum DecisionKind {
     CandidateSucceeded,
     /// The session's model was switched while the run was going (R11.6).
     LiveSwitch,
+    /// A candidate failed and is asked again after a backoff (the
+    /// provider's retry budget, issue 32).
+    RetrySameCandidate,
 }
 
 impl DecisionKind {
@@ -372,6 +378,7 @@ impl DecisionKind {
             DecisionKind::CandidateFailed => "candidate_failed",
             DecisionKind::CandidateSucceeded => "candidate_succeeded",
             DecisionKind::LiveSwitch => "live_switch",
+            DecisionKind::RetrySameCandidate => "retry_same_candidate",
         }
     }
 }
@@ -391,6 +398,8 @@ pub enum StepOutcome {
     Probing,
     /// The run stops on this error (a `stop` reason, a handoff, R16.8).
     Stopped,
+    /// The same candidate is asked again after a backoff (issue 32).
+    Retrying,
 }
 
 impl StepOutcome {
@@ -402,6 +411,7 @@ impl StepOutcome {
             StepOutcome::ChainExhausted => "chain_exhausted",
             StepOutcome::Probing => "probing",
             StepOutcome::Stopped => "stopped",
+            StepOutcome::Retrying => "retrying",
         }
     }
 }

@@ -23,6 +23,8 @@ mod run_load;
 #[cfg(all(feature = "sqlite", feature = "redis"))]
 mod run_skip;
 #[cfg(all(feature = "sqlite", feature = "redis"))]
+mod run_streams;
+#[cfg(all(feature = "sqlite", feature = "redis"))]
 mod run_tracing;
 #[cfg(all(feature = "sqlite", feature = "redis"))]
 mod store_backends;

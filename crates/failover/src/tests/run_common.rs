@@ -81,6 +81,11 @@ pub(crate) fn temp_state() -> std::path::PathBuf {
 /// A runner on tokio's (paused) clock starting at [`T0`], on the backend
 /// [`backend`] names.
 pub(crate) fn setup(yaml: &str, list: &[(&str, &str)]) -> H {
+    setup_with(yaml, list, |r| r)
+}
+
+/// [`setup`], the runner built further by `f` (retry budgets, windows).
+pub(crate) fn setup_with(yaml: &str, list: &[(&str, &str)], f: impl FnOnce(Runner) -> Runner) -> H {
     let cfg = Arc::new(config(yaml));
     let dir = temp_state();
     let mut redis = None;
@@ -108,9 +113,9 @@ pub(crate) fn setup(yaml: &str, list: &[(&str, &str)]) -> H {
             (s.clone(), Runner::new(engine(), cfg, s).unwrap())
         }
     };
-    let runner = runner
+    let runner = f(runner
         .with_clock(Arc::new(TokioClock::starting_at(T0)))
-        .with_sleeper(Arc::new(TokioSleeper));
+        .with_sleeper(Arc::new(TokioSleeper)));
     H {
         runner: Arc::new(runner),
         store,

@@ -15,4 +15,5 @@ mod serve_proxy;
 mod serve_reload;
 mod serve_replicas;
 mod serve_sdk;
+mod serve_streams;
 mod serve_workers;

@@ -40,6 +40,9 @@ pub(crate) enum Reply {
     Sse(Vec<String>, Tail),
     /// A status with a body that never ends.
     Endless(u16),
+    /// A `text/event-stream` whose events each come after a pause (the
+    /// head at once), then the tail.
+    SseTimed(Vec<(Duration, String)>, Tail),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -199,12 +202,20 @@ fn build(reply: Reply, st: &Arc<MockState>) -> Response {
             }
             b.body(Body::from(body)).unwrap()
         }
-        Reply::Sse(events, tail) => {
-            let items = futures_util::stream::iter(
-                events
-                    .into_iter()
-                    .map(|e| Ok::<Bytes, std::io::Error>(Bytes::from(e))),
-            );
+        Reply::Sse(events, tail) => build(
+            Reply::SseTimed(
+                events.into_iter().map(|e| (Duration::ZERO, e)).collect(),
+                tail,
+            ),
+            st,
+        ),
+        Reply::SseTimed(events, tail) => {
+            let items = futures_util::stream::iter(events).then(|(pause, e)| async move {
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
+                }
+                Ok::<Bytes, std::io::Error>(Bytes::from(e))
+            });
             let tail: futures_util::stream::BoxStream<'static, Result<Bytes, std::io::Error>> =
                 match tail {
                     Tail::End => futures_util::stream::empty().boxed(),
@@ -347,6 +358,14 @@ pub(crate) struct Setup {
     /// Extra YAML appended to the config.
     pub(crate) extra: String,
     pub(crate) first_byte_ms: u64,
+    /// More keys of both providers' `timeouts` (`firstTokenMs: 500, …`).
+    pub(crate) timeouts: String,
+    /// More keys of each provider (`retries: {…}`), one line each.
+    pub(crate) prim_keys: String,
+    pub(crate) back_keys: String,
+    /// Each provider's `models` value (`[model-a]`, `[model-b]` unless set).
+    pub(crate) prim_models: String,
+    pub(crate) back_models: String,
     pub(crate) watch: bool,
     pub(crate) rules: Vec<PathBuf>,
     /// `Options::workers`: 2 (the CLI's mode on two cores, each worker a
@@ -361,6 +380,11 @@ impl Default for Setup {
             back_api: "openai-completions",
             extra: String::new(),
             first_byte_ms: 2000,
+            timeouts: String::new(),
+            prim_keys: String::new(),
+            back_keys: String::new(),
+            prim_models: "[model-a]".into(),
+            back_models: "[model-b]".into(),
             watch: false,
             rules: Vec::new(),
             workers: 2,
@@ -391,13 +415,13 @@ models:
     prim:
       baseUrl: "{}"
       api: {}
-      timeouts: {{ connectMs: 1000, firstByteMs: {fb}, totalMs: 10000 }}
-      models: [model-a]
+      timeouts: {{ connectMs: 1000, firstByteMs: {fb}, totalMs: 10000{t} }}
+      models: {pm}{pk}
     back:
       baseUrl: "{}"
       api: {}
-      timeouts: {{ connectMs: 1000, firstByteMs: {fb}, totalMs: 10000 }}
-      models: [model-b]
+      timeouts: {{ connectMs: 1000, firstByteMs: {fb}, totalMs: 10000{t} }}
+      models: {bm}{bk}
 {}"#,
         base(prim, s.prim_api),
         s.prim_api,
@@ -405,6 +429,23 @@ models:
         s.back_api,
         s.extra,
         fb = s.first_byte_ms,
+        pm = s.prim_models,
+        bm = s.back_models,
+        pk = if s.prim_keys.is_empty() {
+            String::new()
+        } else {
+            format!("\n      {}", s.prim_keys)
+        },
+        bk = if s.back_keys.is_empty() {
+            String::new()
+        } else {
+            format!("\n      {}", s.back_keys)
+        },
+        t = if s.timeouts.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", s.timeouts)
+        },
     )
 }
 
