@@ -255,7 +255,10 @@ fn test_json_has_a_stable_schema() {
     assert_eq!(model["folds"], 10);
     for rows in ["cross_validated", "holdout"] {
         for row in ["rules", "model", "combined"] {
-            assert!(model[rows][row]["items"].as_u64().unwrap() >= 150, "{model}");
+            assert!(
+                model[rows][row]["items"].as_u64().unwrap() >= 150,
+                "{model}"
+            );
         }
     }
     assert_eq!(model["thresholds"].as_array().unwrap().len(), 9);
