@@ -91,8 +91,8 @@ pub use classify::{
 };
 
 pub use config::{
-    render_problems, AgentConfig, AgentsConfig, AuthConfig, ConfigProblem, Format, GatewayConfig,
-    LoadedConfig, ModelConfig, StateBackend, StateConfig, MAX_CONFIG_BYTES,
+    place_problems, render_problems, AgentConfig, AgentsConfig, AuthConfig, ConfigProblem, Format,
+    GatewayConfig, LoadedConfig, ModelConfig, StateBackend, StateConfig, MAX_CONFIG_BYTES,
 };
 pub use policy::{CronPayload, ModelKind, ModelRef};
 

@@ -45,6 +45,7 @@
 
 #![deny(missing_docs)]
 
+mod check;
 pub mod errors;
 mod log;
 mod metrics;
@@ -59,6 +60,7 @@ mod translate;
 mod upstream;
 mod upstreams;
 
+pub use check::{check_config, ConfigCheck};
 pub use errors::Error;
 pub use reload::{ModelFlags, Sources, Stores};
 

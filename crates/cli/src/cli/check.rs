@@ -21,6 +21,11 @@ pub(super) struct CheckArgs {
     /// instead of the rendered diagnostics.
     #[arg(long, conflicts_with = "plan")]
     pub json: bool,
+    /// Check this gateway config instead of the rules: every problem
+    /// `serve` would meet, at once, each with its code, key path and
+    /// position (the `${VAR}` keys are resolved from this environment).
+    #[arg(long, value_name = "FILE", conflicts_with = "plan")]
+    pub config: Option<std::path::PathBuf>,
 }
 
 /// The version of the `failover check --json` document (`schema`); bumped
@@ -28,6 +33,9 @@ pub(super) struct CheckArgs {
 pub(super) const CHECK_JSON_SCHEMA: &str = "failover.check/1";
 
 pub(super) fn run(args: &CheckArgs) -> CmdResult {
+    if let Some(config) = &args.config {
+        return Ok(config_report(config, args.json, args.deny_warnings));
+    }
     let build = load::build(&args.rules.dirs, !args.rules.no_defaults)?;
     let errors = build.diagnostics.iter().filter(|d| d.is_error()).count();
     let warnings = build.diagnostics.len() - errors;
@@ -76,6 +84,38 @@ pub(super) fn run(args: &CheckArgs) -> CmdResult {
         }
     }
     Ok(i32::from(failed))
+}
+
+/// `check --config` and `serve --check`: the config's problems, rendered
+/// or as the `failover.check/1` document; exit 1 on an error (or, with
+/// `deny_warnings`, a warning).
+pub(super) fn config_report(path: &std::path::Path, json: bool, deny_warnings: bool) -> i32 {
+    let c = failover_gateway::check_config(path);
+    let errors = c.errors();
+    let warnings = c.problems.len() - errors;
+    let failed = errors > 0 || (deny_warnings && warnings > 0);
+    if json {
+        let mut sources = failover::errors::SourceMap::new();
+        let file = sources.add(c.name.as_str(), c.text.as_str());
+        let doc = serde_json::json!({
+            "schema": CHECK_JSON_SCHEMA,
+            "ok": !failed,
+            "files": 1,
+            "errors": errors,
+            "warnings": warnings,
+            "diagnostics": c
+                .problems
+                .iter()
+                .map(|p| crate::diag::to_json(&p.to_diagnostic(&sources, file), &sources))
+                .collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    } else if c.problems.is_empty() {
+        println!("ok: config `{}`; no problems", c.name);
+    } else {
+        print!("{}", super::paint_diagnostics_to(&c.render(), false));
+    }
+    i32::from(failed)
 }
 
 /// The precedence of a verdict (docs/model.md), with this build's numbers.

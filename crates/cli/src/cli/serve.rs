@@ -16,8 +16,8 @@ pub(super) struct ServeArgs {
     pub config: PathBuf,
     /// The state directory: auth-profiles.json (secrets) and, unless the
     /// config's `state:` block says otherwise, the state database.
-    #[arg(long, value_name = "DIR")]
-    pub state: PathBuf,
+    #[arg(long, value_name = "DIR", required_unless_present = "check")]
+    pub state: Option<PathBuf>,
     /// The address to listen on.
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
     pub listen: String,
@@ -29,11 +29,21 @@ pub(super) struct ServeArgs {
     /// runtime shared by all cores (tokio's work-stealing scheduler).
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
+    /// Check the config — every problem at once, as `failover check
+    /// --config` — and exit without serving.
+    #[arg(long)]
+    pub check: bool,
     #[command(flatten)]
     pub rules: RulesArgs,
 }
 
 pub(super) fn run(args: &ServeArgs) -> CmdResult {
+    if args.check {
+        return Ok(super::check::config_report(&args.config, false, false));
+    }
+    let Some(state) = &args.state else {
+        return Err(UsageError("`--state DIR` is required to serve".into()).into());
+    };
     if !args.config.is_file() {
         return Err(UsageError(format!(
             "config `{}` is not a file",
@@ -41,17 +51,17 @@ pub(super) fn run(args: &ServeArgs) -> CmdResult {
         ))
         .into());
     }
-    if args.state.exists() && !args.state.is_dir() {
+    if state.exists() && !state.is_dir() {
         return Err(UsageError(format!(
             "state `{}` is not a directory",
-            crate::syntax::display_name(&args.state)
+            crate::syntax::display_name(state)
         ))
         .into());
     }
     Ok(failover_gateway::main(Options {
         sources: Sources {
             config: args.config.clone(),
-            state: args.state.clone(),
+            state: state.clone(),
             rules: args.rules.dirs.clone(),
             no_defaults: args.rules.no_defaults,
             model: failover_gateway::ModelFlags {

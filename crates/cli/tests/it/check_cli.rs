@@ -260,3 +260,62 @@ fn diagnostics_do_not_quote_secrets() {
     assert!(t.contains("(line not shown: it may hold a secret)"), "{t}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// Issue 35: `check --config` (and `serve --check`) report every problem of
+// a gateway config in one run — the failover keys and the gateway's own —
+// each with its code, key path and line:column; the literal API key is
+// one of them and its value is never printed.
+#[test]
+fn config_problems_come_all_at_once_with_positions_and_never_a_key() {
+    let dir = temp_dir("check-config");
+    let config = dir.join("gw.yaml");
+    let key = "sk-live-abcdef0123456789abcdef";
+    std::fs::write(
+        &config,
+        format!(
+            "agents:\n  list:\n    - id: coder\n      model: {{ primary: 42 }}\n\
+             models:\n  providers:\n    openai:\n      baseUrl: https://api.openai.com/v1\n      api: openai-completions\n      apiKey: {key}\n\
+             \x20   llama.cpp:\n      baseUrl: http://127.0.0.1:8080/v1\n      api: openai-completions\n      auth: maybe\n\
+             classify:\n  minConfidence: 3\n"
+        ),
+    )
+    .unwrap();
+    let path = config.to_str().unwrap();
+    let o = failover(&["check", "--config", path]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let out = text(&o);
+    for (path, at) in [
+        ("agents.list[0].model.primary", ":4:"),
+        (
+            "models.providers.openai.apiKey: a literal API key is refused",
+            ":10:",
+        ),
+        ("models.providers.llama.cpp.auth", ":14:"),
+        ("classify.minConfidence", ":16:"),
+    ] {
+        let line = out
+            .lines()
+            .position(|l| l.contains(path))
+            .unwrap_or_else(|| panic!("{path} missing:\n{out}"));
+        let next = out.lines().nth(line + 1).unwrap();
+        assert!(next.contains(at), "{path} at {at}: {next}\n{out}");
+    }
+    assert!(out.contains("error[E023]"), "{out}");
+    assert!(out.contains("4 errors, 0 warnings"), "{out}");
+    assert!(!out.contains("sk-live"), "the key is never printed:\n{out}");
+
+    let o = failover(&["check", "--config", path, "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["errors"], 4);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("sk-live"));
+
+    let o = failover(&["serve", "--config", path, "--check"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("4 errors"), "{}", text(&o));
+
+    let ok = crate::repo_root().join("examples/gateway.yaml");
+    let o = failover(&["check", "--config", ok.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}

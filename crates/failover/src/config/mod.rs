@@ -70,6 +70,7 @@ pub use crate::store::{StateBackend, StateConfig};
 pub use model::{AgentConfig, AgentsConfig, AuthConfig, GatewayConfig, ModelConfig};
 use problem::Seg;
 pub use problem::{render_problems, ConfigProblem};
+
 use read::Reader;
 
 /// A gateway config is a few kilobytes; a file over this size is refused
@@ -291,6 +292,13 @@ fn parse_tree(text: &str, format: Format) -> Result<Value, Box<ConfigProblem>> {
 fn yaml_message(e: &serde_yaml::Error) -> (String, Option<(usize, usize)>) {
     let at = e.location().map(|l| (l.line(), l.column()));
     (strip_position(&scrub_quoted(&e.to_string()), at), at)
+}
+
+/// Gives each problem with a key path and no position yet the line and
+/// column of its node, all found in one read of `text` (for problems made
+/// with [`ConfigProblem::at_keys`]).
+pub fn place_problems(text: &str, problems: &mut [ConfigProblem]) {
+    place(text, problems);
 }
 
 /// Gives each problem with a key path the line and column of its node (or

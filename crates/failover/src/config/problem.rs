@@ -52,6 +52,46 @@ impl ConfigProblem {
         self.severity() == Severity::Error
     }
 
+    /// A problem another reader of the config found (the gateway's reader
+    /// of `models.providers`, `serve`, `classify`), at a key path given as
+    /// its segments from the root (`["models", "providers", "llama.cpp",
+    /// "apiKey"]`; a segment `name[2]` is a list item). [`place_problems`]
+    /// gives it its line and column. A problem at a key that holds a
+    /// credential never quotes its line.
+    pub fn at_keys(code: Code, keys: &[&str], message: String, help: Option<String>) -> Self {
+        let mut segments = Vec::new();
+        for k in keys {
+            let (name, mut rest) = match k.find('[') {
+                Some(i) => (&k[..i], &k[i..]),
+                None => (*k, ""),
+            };
+            segments.push(Seg::Key(name.to_string()));
+            while let Some(close) = rest.find(']') {
+                if let Ok(n) = rest[1..close].parse() {
+                    segments.push(Seg::Index(n));
+                }
+                rest = &rest[close + 1..];
+            }
+        }
+        let secret = keys.last().is_some_and(|k| {
+            let k = k.to_ascii_lowercase();
+            ["key", "token", "secret", "password"]
+                .iter()
+                .any(|w| k.contains(w))
+        });
+        ConfigProblem {
+            code,
+            path: keys.join("."),
+            message,
+            help,
+            line: None,
+            column: None,
+            segments,
+            at_key: false,
+            conceal_line: secret,
+        }
+    }
+
     pub(super) fn whole_file(code: Code, message: String) -> Self {
         ConfigProblem {
             code,

@@ -27,7 +27,7 @@ fn session_of(gw: &Gw, key: &str) -> Value {
 // #40025: replicas seeing a cooldown seconds late); the session's auto
 // override written by A is what B reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cooldown_on_a_is_seen_by_b_within_50_ms() {
+async fn a_cooldown_on_a_is_seen_by_b_at_once() {
     let Some(server) = failover_testkit::RedisServer::start() else {
         return;
     };
@@ -52,18 +52,23 @@ async fn a_cooldown_on_a_is_seen_by_b_within_50_ms() {
         Some("back/model-b")
     );
     let answered = Instant::now();
-    // B, on a session of its own, asked within 50 ms of A's answer: the
-    // primary is cooling, so B does not call its upstream for it.
-    let request = b.openai(chat("prim/model-a"), Some("chat-2"));
+    // B, on a session of its own, asked at once after A's answer: the
+    // primary is cooling, so B does not call its upstream for it. The
+    // time is B's whole answer, read after it arrives (issue 36: the
+    // gap measured before the request was sent could not fail): B had
+    // seen A's cooldown less than that after A answered.
+    let r = b.openai(chat("prim/model-a"), Some("chat-2")).await;
     let gap = answered.elapsed();
-    let r = request.await;
     assert_eq!(r.status, 200);
     assert_eq!(
         r.header("x-failover-model").as_deref(),
         Some("back/model-b")
     );
     assert_eq!(b.prim.hits(), 0, "B called a profile A had cooled");
-    assert!(gap.as_millis() < 50, "B was asked {gap:?} after A answered");
+    assert!(
+        gap.as_millis() < 250,
+        "B answered {gap:?} after A: the cooldown took longer to be seen"
+    );
     // A's auto override of chat-1 is B's too.
     let e = session_of(&b, "chat-1");
     assert_eq!(e["modelOverride"], "model-b", "{e}");

@@ -1,0 +1,115 @@
+//! `failover check --config FILE` and `serve --check`: every problem of a
+//! gateway config in one run — the model-failover keys (`agents`, `auth`,
+//! `state`: `failover::GatewayConfig`) and the gateway's own
+//! (`models.providers`, `serve`, `classify`) — each with its code, key
+//! path, `file:line:col` and help, never quoting a credential.
+
+use std::path::Path;
+
+use failover::errors::Code;
+use failover::{place_problems, ConfigProblem, GatewayConfig};
+
+use crate::upstreams::{self, UpstreamProblem};
+
+/// A config's problems, with the text they point into.
+#[derive(Clone, Debug)]
+pub struct ConfigCheck {
+    /// The name shown in messages.
+    pub name: String,
+    /// The file's text (empty when it could not be read).
+    pub text: String,
+    /// Every problem, in file order.
+    pub problems: Vec<ConfigProblem>,
+}
+
+impl ConfigCheck {
+    /// How many of the problems are errors.
+    pub fn errors(&self) -> usize {
+        self.problems.iter().filter(|p| p.is_error()).count()
+    }
+
+    /// The problems rendered like the rules' diagnostics, with a count.
+    pub fn render(&self) -> String {
+        failover::render_problems(&self.problems, &self.name, &self.text)
+    }
+}
+
+/// Reads the config at `path` with every reader `serve` uses and gathers
+/// all their problems (the `${VAR}` references are resolved from this
+/// process's environment, as `serve` would).
+pub fn check_config(path: &Path) -> ConfigCheck {
+    let (name, text, mut problems) = match GatewayConfig::load(path) {
+        Ok(loaded) => (loaded.name, loaded.text, loaded.warnings),
+        Err(e) if e.text.is_empty() => {
+            return ConfigCheck {
+                name: e.name,
+                text: String::new(),
+                problems: e.problems,
+            }
+        }
+        Err(e) => (e.name, e.text, e.problems),
+    };
+    let env = |name: &str| std::env::var(name).ok();
+    let providers = provider_ids(&text);
+    let mut theirs = Vec::new();
+    if let Err(ps) = upstreams::parse(&text, &env) {
+        theirs.extend(ps);
+    }
+    if let Err(ps) = upstreams::classify_settings(&text) {
+        theirs.extend(ps);
+    }
+    let mut added: Vec<ConfigProblem> = theirs.iter().map(|p| to_problem(p, &providers)).collect();
+    place_problems(&text, &mut added);
+    problems.extend(added);
+    problems.sort_by_key(|p| (p.line.unwrap_or(0), p.column.unwrap_or(0)));
+    ConfigCheck {
+        name,
+        text,
+        problems,
+    }
+}
+
+/// The keys of `models.providers` (a provider id may hold dots).
+fn provider_ids(text: &str) -> Vec<String> {
+    let Ok(root) = serde_yaml::from_str::<serde_yaml::Value>(text) else {
+        return Vec::new();
+    };
+    root.get("models")
+        .and_then(|m| m.get("providers"))
+        .and_then(serde_yaml::Value::as_mapping)
+        .map(|m| {
+            m.keys()
+                .filter_map(|k| k.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A gateway reader's problem as a coded config problem (E023: a value
+/// that cannot be used), its dotted path split back into keys.
+fn to_problem(p: &UpstreamProblem, providers: &[String]) -> ConfigProblem {
+    let mut keys: Vec<&str> = Vec::new();
+    let mut rest = p.path.as_str();
+    if let Some(after) = rest.strip_prefix("models.providers.") {
+        keys.extend(["models", "providers"]);
+        let id = providers
+            .iter()
+            .filter(|id| after == id.as_str() || after.starts_with(&format!("{id}.")))
+            .max_by_key(|id| id.len());
+        match id {
+            Some(id) => {
+                keys.push(id);
+                rest = after[id.len()..].trim_start_matches('.');
+            }
+            None => rest = after,
+        }
+    }
+    keys.extend(rest.split('.').filter(|k| !k.is_empty()));
+    let (message, help) = match p.message.split_once("; ") {
+        Some((m, h)) if p.message.contains("literal API key") => {
+            (m.to_string(), Some(h.to_string()))
+        }
+        _ => (p.message.clone(), None),
+    };
+    ConfigProblem::at_keys(Code::E023, &keys, message, help)
+}
