@@ -427,7 +427,8 @@ impl Engine {
 
     /// What the model reads of `err` — the normalised text, status,
     /// provider, code and type, as [`Engine::classify`] prepares them —
-    /// handed to `f`.
+    /// handed to `f`. It uses this thread's scratch space: `f` must not
+    /// classify on this thread (a nested call panics on the borrow).
     pub fn with_model_input<R>(
         &self,
         err: &ProviderError,
