@@ -55,7 +55,7 @@ impl ConfigProblem {
     /// A problem another reader of the config found (the gateway's reader
     /// of `models.providers`, `serve`, `classify`), at a key path given as
     /// its segments from the root (`["models", "providers", "llama.cpp",
-    /// "apiKey"]`; a segment `name[2]` is a list item). [`place_problems`]
+    /// "apiKey"]`; a segment `name[2]` is a list item). [`place_problems`](crate::place_problems)
     /// gives it its line and column. A problem at a key that holds a
     /// credential never quotes its line.
     pub fn at_keys(code: Code, keys: &[&str], message: String, help: Option<String>) -> Self {
