@@ -170,7 +170,8 @@ pub(super) fn run(args: &TestArgs) -> CmdResult {
     }
     let engine = load_engine(&args.rules)?;
     if let Some(from) = &args.add_from {
-        return add_from(&engine, args, from);
+        // A case pins the rules' verdict (its `rule`), never the model's.
+        return add_from(&engine.without_model(), args, from);
     }
     let files = match case_files(&args.rules, args.all)? {
         Ok(files) => files,
