@@ -224,6 +224,18 @@ struct Read<'a> {
     body_type: bool,
 }
 
+/// What step 1 ([`Engine::normalise`]) made of an error.
+struct Normalised<'a> {
+    read: Read<'a>,
+    /// The text the rules read, cut to [`MAX_SCAN_BYTES`].
+    message: &'a str,
+    status: Option<u16>,
+    truncated: bool,
+    /// `folded` holds the copy to scan (see [`lower_message`]).
+    odd_folds: bool,
+    fields: Fields<'a>,
+}
+
 /// The lower-cased fields the tables are keyed on.
 struct Fields<'a> {
     provider: Option<&'a str>,
@@ -448,20 +460,18 @@ impl Engine {
                 folded,
                 ..
             } = &mut *s;
-            let read = self.read_body(err, text, json, body_raw, code, error_type);
-            let mut message = read.message;
-            let status = read
-                .status
-                .or_else(|| input::leading_status(message).map(|(s, _)| s));
-            truncate_scan(&mut message);
-            lower_message(message, lower, folded);
-            let fields = self.fields(err, &read, provider, model, code, error_type);
+            let n = self.normalise(
+                err,
+                (text, json, body_raw),
+                [provider, model, code, error_type],
+                (lower, folded),
+            );
             f(&ModelInput {
                 text: lower,
-                status,
-                provider: fields.provider,
-                code: fields.code,
-                error_type: fields.error_type,
+                status: n.status,
+                provider: n.fields.provider,
+                code: n.fields.code,
+                error_type: n.fields.error_type,
             })
         })
     }
@@ -495,6 +505,36 @@ impl Engine {
     /// serving.
     pub fn classify_exhaustive(&self, err: &ProviderError) -> Classification<'_> {
         SCRATCH.with(|s| self.run_with(err, &mut s.borrow_mut(), None, true))
+    }
+
+    /// Step 1, shared by the classifier and the model: the body read, the
+    /// text the rules read (cut to [`MAX_SCAN_BYTES`]) lower-cased into
+    /// `lower` (and `folded`, see [`lower_message`]), the status, and the
+    /// lower-cased fields.
+    #[inline]
+    fn normalise<'a>(
+        &self,
+        err: &'a ProviderError<'_>,
+        (text, json, body_raw): (&'a mut String, &'a mut Option<Value>, &mut String),
+        [provider, model, code, error_type]: [&'a mut String; 4],
+        (lower, folded): (&mut String, &mut String),
+    ) -> Normalised<'a> {
+        let read = self.read_body(err, text, json, body_raw, code, error_type);
+        let mut message = read.message;
+        let status = read
+            .status
+            .or_else(|| input::leading_status(message).map(|(s, _)| s));
+        let truncated = truncate_scan(&mut message);
+        let odd_folds = lower_message(message, lower, folded);
+        let fields = self.fields(err, &read, provider, model, code, error_type);
+        Normalised {
+            read,
+            message,
+            status,
+            truncated,
+            odd_folds,
+            fields,
+        }
     }
 
     /// The lower-cased provider, model, code and type (code and type from
@@ -697,15 +737,20 @@ impl Engine {
 
         // 1. Normalise. The plain path (a message, no body) copies nothing
         //    but the lower-cased text.
-        let read = self.read_body(err, text, json, body_raw, code, error_type);
-        let mut message = read.message;
-        let status = read
-            .status
-            .or_else(|| input::leading_status(message).map(|(s, _)| s));
-        let truncated = truncate_scan(&mut message);
-        let odd_folds = lower_message(message, lower, folded);
+        let Normalised {
+            read,
+            message,
+            status,
+            truncated,
+            odd_folds,
+            fields,
+        } = self.normalise(
+            err,
+            (text, &mut *json, &mut *body_raw),
+            [provider, model, code, error_type],
+            (&mut *lower, &mut *folded),
+        );
         let scan_text: &str = if odd_folds { folded } else { lower };
-        let fields = self.fields(err, &read, provider, model, code, error_type);
         if read.has_body_raw {
             body_raw.make_ascii_lowercase();
         }
