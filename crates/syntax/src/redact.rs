@@ -731,7 +731,9 @@ fn decode_once(view: &[u8], spans: Option<&[(u32, u32)]>) -> Option<View> {
 /// parser quotes a scalar it cannot read as its tag says (`invalid value:
 /// string "…", expected an integer`), and a duplicate key by name. A
 /// quoted value is always cut; a quoted key only when it looks like a
-/// secret.
+/// secret. What is left goes through [`redact`]: serde also quotes an
+/// unknown key in backticks (`` unknown field `sk-…` ``), and a mistyped
+/// line may hold a key (the fuzz targets found it, issue 36).
 pub fn scrub_quoted(msg: &str) -> String {
     let mut out = String::new();
     let mut rest = msg;
@@ -760,7 +762,10 @@ pub fn scrub_quoted(msg: &str) -> String {
         rest = &body[close + 1..];
     }
     out.push_str(rest);
-    out
+    match redact(&out) {
+        Cow::Borrowed(_) => out,
+        Cow::Owned(o) => o,
+    }
 }
 
 /// The text of a serde error without the value it quotes: serde's
@@ -825,6 +830,41 @@ mod tests {
         assert_eq!(once, "sk-…3456 and Bearer … x");
         assert_eq!(redact(&once), once);
         assert!(!once.contains("abcdefghij"), "{once}");
+    }
+
+    // R16.11: a parser message that quotes a secret in backticks (serde's
+    // `unknown field`) does not repeat it.
+    #[test]
+    fn r16_11_scrub_quoted_masks_backticked_secrets() {
+        let m = scrub_quoted(
+            "unknown field `sk-FAKE-0123456789abcdefghij status`, expected one of `status`",
+        );
+        assert_eq!(
+            m,
+            "unknown field `sk-…ghij status`, expected one of `status`"
+        );
+        // The word after a scheme goes whole, up to the next space.
+        let m = scrub_quoted("unknown field `Bearer abc.def.ghi`, expected `x`");
+        assert_eq!(m, "unknown field `Bearer … expected `x`");
+    }
+
+    // R16.11: the credential after an auth scheme is masked whatever the
+    // scheme word's case (HTTP auth schemes are case-insensitive, RFC 9110
+    // §11.1), and the line is recognised as holding a secret.
+    #[test]
+    fn r16_11_scheme_credentials_are_masked_in_any_case() {
+        for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+            let line = format!("authorization: {scheme} abc.def-ghi");
+            assert_eq!(redact(&line), format!("authorization: {scheme} …"));
+            assert!(looks_like_secret(&line), "{line}");
+        }
+        for scheme in ["Basic", "basic", "BASIC"] {
+            let line = format!("Authorization: {scheme} dXNlcjpodW50ZXIy");
+            assert_eq!(redact(&line), format!("Authorization: {scheme} …"));
+            assert!(looks_like_secret(&line), "{line}");
+        }
+        // `Basic` needs a base64 credential of 8 characters or more.
+        assert!(!looks_like_secret("basic auth"));
     }
 
     /// Issue 16 item 7: an echoed key, upper-cased or cut to its first 30

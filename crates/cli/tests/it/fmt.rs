@@ -1,8 +1,8 @@
 //! `failover fmt` (issue 15 item 3): the canonical layout keeps every
 //! comment, is idempotent, and parse(fmt(x)) is parse(x) up to spans, over
 //! the shipped rules, re-spaced and commented variants of them, and
-//! generated files. Bounded by default (`FMT_CASES`, 32 cases per
-//! property); `FMT_CASES=5000 cargo test --release --test fmt` runs deep.
+//! generated files. Bounded by default (32 cases per property);
+//! `FAILOVER_DEEP=1` (CI sets it) runs 5,000, `FMT_CASES=N` runs N.
 
 use std::path::Path;
 use std::process::Command;
@@ -12,11 +12,14 @@ use failover_syntax::rules::fmt::{comments, format_str, without_spans};
 use failover_syntax::rules::parse_str;
 use proptest::prelude::*;
 
+/// `FMT_CASES`, else 5,000 in a deep run (`FAILOVER_DEEP=1`, as CI runs
+/// the tests), else 32.
 fn cases() -> u32 {
+    let deep = std::env::var_os("FAILOVER_DEEP").is_some_and(|v| !v.is_empty() && v != "0");
     std::env::var("FMT_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(32)
+        .unwrap_or(if deep { 5000 } else { 32 })
 }
 
 fn fmt(text: &str) -> String {

@@ -368,6 +368,22 @@ mod tests {
         assert_eq!(o.soonest_expiry(), None);
     }
 
+    // R6.2: a profile never used counts as the oldest use, so within its
+    // type it comes first — before one used at the clock's very start.
+    #[test]
+    fn r6_2_never_used_comes_first() {
+        let p = store(&[
+            ("openai:a", Profile::api_key("openai", "k1")),
+            ("openai:b", Profile::api_key("openai", "k2")),
+            ("openai:c", Profile::api_key("openai", "k3")),
+        ]);
+        let mut s = AuthState::default();
+        used(&mut s, "openai:a", 1);
+        used(&mut s, "openai:c", 7);
+        let o = order_profiles(&AuthRouting::default(), &p, &s, "openai", None, NOW);
+        assert_eq!(ids(&o), ["openai:b", "openai:a", "openai:c"]);
+    }
+
     // R6.2: tokens between OAuth and API keys; expired OAuth after live OAuth.
     #[test]
     fn r6_2_type_ranks_and_expired_oauth() {

@@ -1566,8 +1566,20 @@ impl Runner {
             .collect();
         let on_selected = cand == selected;
         let mut notice = None;
+        // The pin was chosen from the entry as the run read it. A user's
+        // `/model …@profile` written since is theirs (R6.5, R11.3): the
+        // run's auto pin does not overwrite it.
+        let (pin_read, pin_source_read) = (
+            turn.entry.auth_profile_override.clone(),
+            turn.entry.auth_profile_override_source(),
+        );
         let settle = |e: &mut SessionEntry| {
-            apply_pin_change(e, pin);
+            let user_pinned_since = e.auth_profile_override_source() == Some(OverrideSource::User)
+                && (e.auth_profile_override != pin_read
+                    || pin_source_read != Some(OverrideSource::User));
+            if !user_pinned_since {
+                apply_pin_change(e, pin);
+            }
             if on_selected {
                 // R11.5, R13.2: back on the selection; clear what the
                 // fallback left.

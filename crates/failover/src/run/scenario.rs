@@ -358,6 +358,26 @@ fn bad(msg: impl Into<String>) -> ScenarioError {
 /// shipped ones are a few kilobytes.
 pub const MAX_SCENARIO_BYTES: u64 = 1 << 20;
 
+/// Reads a scenario's text; `path` names it in errors. A parse error never
+/// quotes a value from the file (R16.11: it may be a key).
+pub fn parse_scenario(text: &str, path: &Path) -> Result<Scenario, ScenarioError> {
+    if let Err(refused) = crate::yaml::guard(text) {
+        return Err(bad(format!(
+            "`{}`:{}:{}: {refused}",
+            path.display(),
+            refused.line,
+            refused.column
+        )));
+    }
+    serde_yaml::from_str(text).map_err(|e| {
+        bad(format!(
+            "`{}`: {}",
+            path.display(),
+            crate::redact::scrub_quoted(&e.to_string())
+        ))
+    })
+}
+
 /// Reads and runs a scenario file.
 pub fn simulate_file(path: &Path, engine: Arc<Engine>) -> Result<Report, ScenarioError> {
     let text = crate::fsio::read_regular_text(path, MAX_SCENARIO_BYTES).map_err(|e| {
@@ -367,16 +387,7 @@ pub fn simulate_file(path: &Path, engine: Arc<Engine>) -> Result<Report, Scenari
             crate::fsio::plain_io(&e)
         ))
     })?;
-    if let Err(refused) = crate::yaml::guard(&text) {
-        return Err(bad(format!(
-            "`{}`:{}:{}: {refused}",
-            path.display(),
-            refused.line,
-            refused.column
-        )));
-    }
-    let scenario: Scenario =
-        serde_yaml::from_str(&text).map_err(|e| bad(format!("`{}`: {e}", path.display())))?;
+    let scenario = parse_scenario(&text, path)?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

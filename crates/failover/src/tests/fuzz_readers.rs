@@ -102,9 +102,64 @@ fn mutate(seed: &[u8], muts: &[Mutation], tokens: &[&str]) -> Vec<u8> {
     v
 }
 
+/// Fake secrets in every form the redaction knows (R16.11), inserted as
+/// tokens by every target: `(the token, a part of it no output may hold)`.
+const SECRETS: &[(&str, &str)] = &[
+    ("sk-FAKE-0123456789abcdefghij", "0123456789abcdef"),
+    ("Bearer fAkEtOkEn.PaYlOaDxYz.sIgNaTuRe", "PaYlOaDxYz"),
+    ("bearer lowEr.CaSeToKeN42.x", "CaSeToKeN42"),
+    ("Basic dXNlcjpodW50ZXIyMg==", "dXNlcjpodW50ZXIy"),
+    (
+        "https://bob:Hunter2Secret9@example.com/v1",
+        "Hunter2Secret9",
+    ),
+];
+
+/// The secrets' tokens, to add to a target's own.
+fn with_secrets(tokens: &[&'static str]) -> Vec<&'static str> {
+    tokens
+        .iter()
+        .copied()
+        .chain(SECRETS.iter().map(|s| s.0))
+        .collect()
+}
+
+/// Whether `token` stands in `input` whole: not glued to a neighbouring
+/// word, which could make it another word (mutations cut and splice).
+fn intact(input: &str, token: &str) -> bool {
+    let word =
+        |c: char| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '+' | '=' | ':' | '@');
+    input.match_indices(token).any(|(i, _)| {
+        !input[..i].chars().next_back().is_some_and(word)
+            && !input[i + token.len()..].chars().next().is_some_and(word)
+    })
+}
+
+/// R16.11: what a reader prints about `input` (an error, a diagnostic, an
+/// output line) holds no secret that stood whole in it.
+fn assert_no_secret(name: &str, input: &[u8], output: &str) {
+    let input = String::from_utf8_lossy(input);
+    for (token, core) in SECRETS {
+        if intact(&input, token) {
+            assert!(
+                !output.contains(core),
+                "{name}: the secret `{token}` reached the output:\n{output}\n--- input\n{input}"
+            );
+        }
+    }
+}
+
 /// Runs `target` on `cases()` mutations of the seeds; returns the count.
-fn fuzz(name: &str, seeds: Vec<Vec<u8>>, tokens: &[&str], target: impl Fn(&[u8])) {
+/// `target` returns what the reader would print about the input (errors,
+/// diagnostics, output lines): it must hold none of the [`SECRETS`].
+fn fuzz(
+    name: &str,
+    seeds: Vec<Vec<u8>>,
+    tokens: &[&'static str],
+    target: impl Fn(&[u8]) -> String,
+) {
     assert!(!seeds.is_empty(), "{name}: no seed files");
+    let tokens = with_secrets(tokens);
     let tried = AtomicU64::new(0);
     let mut runner = TestRunner::new(Config {
         cases: cases(),
@@ -113,9 +168,10 @@ fn fuzz(name: &str, seeds: Vec<Vec<u8>>, tokens: &[&str], target: impl Fn(&[u8])
     });
     let strategy = (0..seeds.len(), proptest::collection::vec(mutation(), 1..8));
     let result = runner.run(&strategy, |(s, muts)| {
-        let input = mutate(&seeds[s], &muts, tokens);
+        let input = mutate(&seeds[s], &muts, &tokens);
         let started = Instant::now();
-        target(&input);
+        let output = target(&input);
+        assert_no_secret(name, &input, &output);
         tried.fetch_add(1, Ordering::Relaxed);
         prop_assert!(
             started.elapsed() < PER_INPUT,
@@ -132,35 +188,9 @@ fn fuzz(name: &str, seeds: Vec<Vec<u8>>, tokens: &[&str], target: impl Fn(&[u8])
 }
 
 const YAML_TOKENS: &[&str] = &[
-    "[",
-    "]",
-    "{",
-    "}",
-    "'",
-    "\"",
-    ": ",
-    "- ",
-    "\n",
-    "\n  ",
-    "#",
-    "&a ",
-    "*a",
-    "<<: *a\n",
-    "!!str ",
-    "|\n",
-    ">\n",
-    "---\n",
-    "don't",
-    "\\",
-    "\t",
-    "?",
-    ",",
-    "null",
-    "~",
-    "1e999",
-    "-1",
+    "[", "]", "{", "}", "'", "\"", ": ", "- ", "\n", "\n  ", "#", "&a ", "*a", "<<: *a\n",
+    "!!str ", "|\n", ">\n", "---\n", "don't", "\\", "\t", "?", ",", "null", "~", "1e999", "-1",
     "+5m",
-    "sk-FAKE-0123456789abcdefghij",
 ];
 const JSON_TOKENS: &[&str] = &[
     "{",
@@ -179,6 +209,7 @@ const JSON_TOKENS: &[&str] = &[
     "\\",
     "\"x\":",
     "\"key\": \"sk-FAKE-0123456789abcdef\"",
+    "\"",
     "\u{feff}",
     "\n",
 ];
@@ -216,7 +247,6 @@ fn fuzz_rules() {
         "provider ",
         "reason ",
         "selection ",
-        "sk-FAKE-0123456789abcdefghij",
     ];
     fuzz("rules", seeds, tokens, |input| {
         let build = build_layers(
@@ -224,7 +254,7 @@ fn fuzz_rules() {
             true,
         );
         assert!(build.ruleset.is_some() || build.has_errors());
-        let _ = crate::diag::render_all(&build.diagnostics, &build.sources);
+        crate::diag::render_all(&build.diagnostics, &build.sources)
     });
 }
 
@@ -234,9 +264,16 @@ fn fuzz_cases() {
         .iter()
         .map(|(_, t)| t.as_bytes().to_vec())
         .collect();
-    fuzz("cases", seeds, YAML_TOKENS, |input| {
-        let _ = crate::golden::parse_cases("fuzz.cases.yaml", &String::from_utf8_lossy(input));
-    });
+    fuzz(
+        "cases",
+        seeds,
+        YAML_TOKENS,
+        |input| match crate::golden::parse_cases("fuzz.cases.yaml", &String::from_utf8_lossy(input))
+        {
+            Ok(_) => String::new(),
+            Err(e) => crate::diag::render_all(&e.diagnostics, &e.sources),
+        },
+    );
 }
 
 #[test]
@@ -244,9 +281,10 @@ fn fuzz_scenarios() {
     let seeds = read_all("examples/scenarios", ".yaml");
     fuzz("scenario", seeds, YAML_TOKENS, |input| {
         let text = String::from_utf8_lossy(input);
-        if crate::yaml::guard(&text).is_ok() {
-            let _ = serde_yaml::from_str::<crate::run::scenario::Scenario>(&text);
-        }
+        crate::run::scenario::parse_scenario(&text, Path::new("fuzz.yaml"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
     });
 }
 
@@ -257,12 +295,8 @@ fn fuzz_config() {
     fuzz("config (YAML)", seeds, YAML_TOKENS, |input| {
         let text = String::from_utf8_lossy(input);
         match GatewayConfig::parse(&text, Format::Yaml, "fuzz.yaml") {
-            Ok(c) => {
-                let _ = crate::config::render_problems(&c.warnings, &c.name, &c.text);
-            }
-            Err(e) => {
-                let _ = e.to_string();
-            }
+            Ok(c) => crate::config::render_problems(&c.warnings, &c.name, &c.text),
+            Err(e) => e.to_string(),
         }
     });
     fuzz(
@@ -271,8 +305,10 @@ fn fuzz_config() {
         JSON_TOKENS,
         |input| {
             let text = String::from_utf8_lossy(input);
-            let _ =
-                GatewayConfig::parse(&text, Format::Json, "fuzz.json").map_err(|e| e.to_string());
+            match GatewayConfig::parse(&text, Format::Json, "fuzz.json") {
+                Ok(c) => crate::config::render_problems(&c.warnings, &c.name, &c.text),
+                Err(e) => e.to_string(),
+            }
         },
     );
 }
@@ -282,7 +318,7 @@ fn fuzz_state_files() {
     let seeds = read_all("tests/fixtures/state", ".json");
     fuzz("state files", seeds, JSON_TOKENS, |input| {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(input) else {
-            return;
+            return String::new();
         };
         let path = Path::new("fuzz.json");
         let mut problems = Vec::new();
@@ -295,9 +331,7 @@ fn fuzz_state_files() {
         if let Ok(s) = SessionStore::from_json(v, path, &mut problems) {
             let _ = s.to_json();
         }
-        for p in &problems {
-            let _ = p.to_string();
-        }
+        problems.iter().map(|p| format!("{p}\n")).collect()
     });
 }
 
@@ -329,6 +363,7 @@ fn fuzz_jsonl_lines() {
             .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
             .count();
         assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), lines);
+        String::from_utf8(out).unwrap()
     });
 }
 
@@ -343,13 +378,15 @@ fn fuzz_provider_bodies() {
     fuzz("provider JSON body", seeds, JSON_TOKENS, |input| {
         let text = String::from_utf8_lossy(input);
         let e = ProviderError::message("").with_body(Body::Text(&text));
-        let _ = engine().classify(&e);
+        let mut out = format!("{:?}", engine().classify(&e));
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
-            let _ = engine().classify(
+            let c = engine().classify(
                 &ProviderError::message("x")
                     .with_body(Body::Json(&v))
                     .with_status(429),
             );
+            out.push_str(&format!("{c:?}"));
         }
+        out
     });
 }

@@ -72,3 +72,17 @@ pub(crate) fn test_name(module: &str, name: &str) -> String {
         format!("{path}::{name}")
     }
 }
+
+/// Whether this is a deep run (`FAILOVER_DEEP=1`, as CI runs the tests).
+pub(crate) fn deep() -> bool {
+    std::env::var_os("FAILOVER_DEEP").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// A property's case count: `n`, or eight times as many in a deep run.
+pub(crate) fn cases(n: u32) -> u32 {
+    if deep() {
+        n * 8
+    } else {
+        n
+    }
+}

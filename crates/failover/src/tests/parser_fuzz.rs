@@ -113,11 +113,7 @@ fn mutated_defaults() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn cases() -> u32 {
-    if std::env::var_os("FAILOVER_DEEP").is_some_and(|v| !v.is_empty() && v != "0") {
-        256
-    } else {
-        32
-    }
+    super::cases(32)
 }
 
 proptest! {

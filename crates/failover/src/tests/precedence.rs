@@ -126,3 +126,39 @@ fn a_matching_text_beats_the_status_table() {
     );
     assert_eq!(verdict(402, "").1.as_deref(), Some("billing.402_default"));
 }
+
+// R16.7 and REFERENCE a ("inferredStatus"): the status a classification
+// uses is the caller's, else one the body states, else one leading the
+// text — whichever form the body comes in. The message text is neutral so
+// that the status alone decides the reason.
+#[test]
+fn r16_7_callers_status_beats_the_bodys_which_beats_the_texts() {
+    use crate::Body;
+    let engine = Engine::builtin_rules();
+    let json = serde_json::json!({"error": {"code": 429, "message": "HTTP 401: quux zzyzx"}});
+    let text = json.to_string();
+    for body in [Body::Json(&json), Body::Text(&text)] {
+        let caller = engine.classify(&ProviderError {
+            status: Some(503),
+            body: Some(body),
+            ..Default::default()
+        });
+        assert_eq!(caller.status, Some(503), "the caller's status wins");
+        assert_eq!(caller.reason, verdict(503, "quux zzyzx").0);
+        let from_body = engine.classify(&ProviderError {
+            body: Some(body),
+            ..Default::default()
+        });
+        assert_eq!(
+            from_body.status,
+            Some(429),
+            "the body's status beats the text's"
+        );
+        assert_eq!(from_body.reason, "rate_limit");
+    }
+    let from_text = engine.classify(&ProviderError::message("HTTP 401: quux zzyzx"));
+    assert_eq!(from_text.status, Some(401));
+    assert_eq!(from_text.reason, verdict(401, "quux zzyzx").0);
+    assert_ne!(verdict(503, "quux zzyzx").0, "rate_limit");
+    assert_ne!(verdict(401, "quux zzyzx").0, "rate_limit");
+}

@@ -988,3 +988,123 @@ async fn deferred_success_record_is_written_by_settle() {
     let after = h.stats("openai:default");
     assert_eq!(after.last_used, Some(T0 + MINUTE_MS / 2));
 }
+
+// R6.2: a profile never used counts as the oldest use: a second session
+// is served by the key the first did not use, not by the one it did.
+#[tokio::test(start_paused = true)]
+async fn r6_2_a_never_used_profile_is_tried_first() {
+    let h = setup(
+        BASIC,
+        &[
+            ("anthropic:a", "sk-ant-aaaaaaaa"),
+            ("anthropic:b", "sk-ant-bbbbbbbb"),
+            ("openai:default", "sk-oai-dddddddd"),
+        ],
+    );
+    let s = Script::default();
+    h.runner.run(&req(), s.f()).await.unwrap();
+    advance(1000).await;
+    h.runner
+        .run(&RunRequest::session("s2"), s.f())
+        .await
+        .unwrap();
+    assert_eq!(
+        s.calls(),
+        vec![
+            "anthropic/claude@anthropic:a",
+            "anthropic/claude@anthropic:b"
+        ]
+    );
+}
+
+// R11.4, R6.5: the profile fields are one choice, like the model fields.
+// A user's `/model openai/o3@openai:default` lands while the fallback runs
+// on that same profile: the profile id equals what the runner wrote, but
+// it is the user's pin now, and the rollback of the failed attempt leaves
+// it whole (not the id cleared under a `user` source).
+#[tokio::test(start_paused = true)]
+async fn r11_4_concurrent_profile_pin_survives_rollback() {
+    let h = setup(THREE, KEYS);
+    let runner = h.runner.clone();
+    let f = move |a: crate::run::Attempt| {
+        let runner = runner.clone();
+        async move {
+            match a.provider.as_str() {
+                "anthropic" => Err(ProviderFailure::message("overloaded")
+                    .with_status(529)
+                    .into()),
+                "openai" => {
+                    let e = runner.store().load_sessions().unwrap().entries["s1"].clone();
+                    assert_eq!(e.auth_profile_override.as_deref(), Some("openai:default"));
+                    assert_eq!(e.auth_profile_override_source.as_deref(), Some("auto"));
+                    runner
+                        .set_user_model(
+                            "s1",
+                            &ModelRef::parse("openai/o3").unwrap(),
+                            Some("openai:default"),
+                        )
+                        .unwrap();
+                    Err(AttemptError::Provider(
+                        ProviderFailure::message("upstream error").with_status(502),
+                    ))
+                }
+                _ => Ok::<_, AttemptError>(a.model.clone()),
+            }
+        }
+    };
+    h.runner.run(&req(), f).await.unwrap();
+    let e = h.entry("s1");
+    assert_eq!(
+        (
+            e.auth_profile_override.as_deref(),
+            e.auth_profile_override_source.as_deref(),
+            e.model_override.as_deref(),
+            e.model_override_source.as_deref(),
+        ),
+        (
+            Some("openai:default"),
+            Some("user"),
+            Some("o3"),
+            Some("user")
+        ),
+        "{e:?}"
+    );
+}
+
+// R8.4, R16.6: the billing disable doubles per failure *of that reason*:
+// a billing failure after one rate limit is the first billing failure,
+// so it disables for the base five hours, not ten.
+#[tokio::test(start_paused = true)]
+async fn r8_4_billing_doubles_per_billing_failure_not_per_failure() {
+    let h = setup(BASIC, KEYS);
+    let s = Script::default().on(
+        "anthropic/claude",
+        vec![
+            http(429, "rate limit reached"),
+            http(
+                400,
+                "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.",
+            ),
+        ],
+    );
+    h.runner.run(&req(), s.f()).await.unwrap();
+    let st = h.stats("anthropic:default");
+    assert_eq!(
+        (st.error_count, st.cooldown_until),
+        (1, Some(T0 + MINUTE_MS))
+    );
+    advance(2 * MINUTE_MS).await;
+    let out = h
+        .runner
+        .run(&RunRequest::session("s2"), s.f())
+        .await
+        .unwrap();
+    assert_eq!(out.attempts[0].reason.as_deref(), Some("billing"));
+    let st = h.stats("anthropic:default");
+    assert_eq!(st.error_count, 2);
+    assert_eq!(st.disabled_reason.as_deref(), Some("billing"));
+    assert_eq!(
+        st.disabled_until,
+        Some(T0 + 2 * MINUTE_MS + 5 * 60 * MINUTE_MS)
+    );
+}

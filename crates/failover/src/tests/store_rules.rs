@@ -291,3 +291,126 @@ proptest! {
         }
     }
 }
+
+/// A reference model of R7.3, R7.4, R8.1, R8.4, R16.4–R16.6 for one
+/// profile, written as tables rather than formulas so that it shares no
+/// arithmetic with `auth::cooldown`: the default policy's windows, exactly.
+#[derive(Clone, Debug, Default)]
+struct Reference {
+    errors: u32,
+    per_reason: BTreeMap<String, u32>,
+    last_failure: Option<u64>,
+    /// `(until, model, reason)`.
+    cooling: Option<(u64, Option<String>, String)>,
+    /// `(until, reason)`.
+    disabled: Option<(u64, String)>,
+}
+
+/// R7.4: 1, 5, 25 minutes, then an hour for ever.
+const COOLDOWN_MINUTES: [u64; 4] = [1, 5, 25, 60];
+/// R8.4: billing 5 h doubling to the 24 h cap.
+const BILLING_HOURS: [u64; 4] = [5, 10, 20, 24];
+/// R16.4: auth_permanent 10 min doubling to the 60 min cap.
+const AUTH_PERMANENT_MINUTES: [u64; 4] = [10, 20, 40, 60];
+
+fn nth(table: &[u64; 4], n: u32) -> u64 {
+    table[(n as usize).clamp(1, 4) - 1]
+}
+
+impl Reference {
+    /// The window a failure starts or keeps: `(until, started)`.
+    fn fail(&mut self, reason: &str, model: Option<&str>, now: u64) -> (u64, bool) {
+        // R16.6: the counters restart after a day without a failure.
+        if self.last_failure.is_some_and(|t| now - t > DAY_MS) {
+            self.errors = 0;
+            self.per_reason.clear();
+        }
+        self.errors += 1;
+        *self.per_reason.entry(reason.into()).or_default() += 1;
+        let of_reason = self.per_reason[reason];
+        self.last_failure = Some(now);
+        let lane = match reason {
+            "billing" => Some(nth(&BILLING_HOURS, of_reason) * HOUR_MS),
+            "auth_permanent" => Some(nth(&AUTH_PERMANENT_MINUTES, of_reason) * MINUTE_MS),
+            _ => None,
+        };
+        if let Some(len) = lane {
+            // R16.5: an active disable keeps its end.
+            if let Some((until, _)) = self.disabled.as_ref().filter(|d| d.0 > now) {
+                return (*until, false);
+            }
+            self.disabled = Some((now + len, reason.into()));
+            return (now + len, true);
+        }
+        // Only rate_limit is declared `scope model` among the sampled reasons.
+        let scoped = model.filter(|_| reason == "rate_limit").map(String::from);
+        if let Some((until, cooled_model, _)) = self.cooling.as_mut().filter(|c| c.0 > now) {
+            // R7.3: a failure of another (or an unknown) model widens the
+            // scope to the whole profile; R16.5: the end is kept.
+            if cooled_model.is_some() && *cooled_model != scoped {
+                *cooled_model = None;
+            }
+            return (*until, false);
+        }
+        let until = now + nth(&COOLDOWN_MINUTES, self.errors) * MINUTE_MS;
+        self.cooling = Some((until, scoped, reason.into()));
+        (until, true)
+    }
+
+    fn succeed(&mut self, model: Option<&str>, now: u64) {
+        let sibling_cooling = matches!(
+            (&self.cooling, model),
+            (Some((until, Some(c), _)), Some(m)) if *until > now && c != m
+        );
+        if !sibling_cooling {
+            *self = Reference {
+                last_failure: self.last_failure,
+                ..Reference::default()
+            };
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(crate::tests::cases(300)))]
+
+    // R7.3, R7.4, R8.4, R16.4, R16.5, R16.6: every window `record_failure`
+    // starts or keeps, and every counter, equals the reference model's
+    // exactly (not only within the caps).
+    #[test]
+    fn windows_equal_the_reference_model(events in prop::collection::vec(event(), 1..40)) {
+        let behaviours: Vec<ReasonBehaviour> = REASONS.iter().map(|r| behaviour(r)).collect();
+        let policy = CooldownPolicy::default();
+        let mut state = AuthState::default();
+        let mut reference = Reference::default();
+        let mut now = T0;
+        for ev in events {
+            match ev {
+                Event::Succeed { model, after_ms } => {
+                    now += after_ms;
+                    record_success(&mut state, "p:a", "p", MODELS[model], now);
+                    reference.succeed(MODELS[model], now);
+                }
+                Event::Fail { reason, model, after_ms } => {
+                    now += after_ms;
+                    let f = fail(REASONS[reason], &behaviours[reason], MODELS[model]);
+                    let effect = record_failure(&mut state, "p:a", "p", &f, &policy, now);
+                    let (until, started) = reference.fail(REASONS[reason], MODELS[model], now);
+                    let got = match effect {
+                        FailureEffect::Ignored => None,
+                        FailureEffect::Started(b) => Some((b.until(), true)),
+                        FailureEffect::Kept { block, .. } => Some((block.until(), false)),
+                    };
+                    prop_assert_eq!(got, Some((until, started)), "{} at {}", REASONS[reason], now - T0);
+                }
+            }
+            let s = state.stats("p:a").cloned().unwrap_or_default();
+            prop_assert_eq!(s.error_count, reference.errors);
+            prop_assert_eq!(&s.failure_counts, &reference.per_reason);
+            let cooling = s.cooldown_until.map(|u| (u, s.cooldown_model.clone(), s.cooldown_reason.clone().unwrap_or_default()));
+            prop_assert_eq!(cooling, reference.cooling.clone());
+            let disabled = s.disabled_until.map(|u| (u, s.disabled_reason.clone().unwrap_or_default()));
+            prop_assert_eq!(disabled, reference.disabled.clone());
+        }
+    }
+}

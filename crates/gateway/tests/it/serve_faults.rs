@@ -367,15 +367,19 @@ async fn slow_first_byte_times_out_as_timeout() {
         },
     )
     .await;
+    // The primary would answer after 60 s: a client served in less than
+    // half of that was served by the deadline (300 ms), not by the wait;
+    // the bound is loose because a loaded runner is slow (issue 36).
     gw.prim.push(Reply::Slow(
-        Duration::from_secs(5),
+        Duration::from_secs(60),
         Box::new(ok_openai("late")),
     ));
     gw.back.push(ok_openai("on time"));
     let t = Instant::now();
     let r = gw.openai(chat("prim/model-a"), None).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert!(r.text.contains("on time"), "{}", r.text);
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
     assert_eq!(gw.usage("prim:default")["cooldownReason"], "timeout");
     // The abandoned upstream call was cancelled, not left running.
     eventually("the slow call to be cancelled", || gw.prim.cancelled() == 1).await;
@@ -409,7 +413,9 @@ async fn endless_error_body_is_read_to_its_head_only() {
     let t = Instant::now();
     let r = gw.openai(chat("prim/model-a"), None).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    assert!(t.elapsed() < Duration::from_secs(5));
+    // The body never ends: any answer at all proves the head limit; the
+    // bound is a hang detector, loose for a loaded runner (issue 36).
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
     gw.stop().await;
 }
 

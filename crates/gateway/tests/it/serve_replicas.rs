@@ -3,7 +3,7 @@
 //! and its own upstream mocks; the routing state and the sessions are the
 //! shared Redis. What one replica learns, the other acts on.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::serve_support::*;
 use serde_json::Value;
@@ -53,10 +53,13 @@ async fn a_cooldown_on_a_is_seen_by_b_at_once() {
     );
     let answered = Instant::now();
     // B, on a session of its own, asked at once after A's answer: the
-    // primary is cooling, so B does not call its upstream for it. The
-    // time is B's whole answer, read after it arrives (issue 36: the
-    // gap measured before the request was sent could not fail): B had
-    // seen A's cooldown less than that after A answered.
+    // primary is cooling, so B does not call its upstream for it — the
+    // `hits() == 0` below is the proof that B saw A's cooldown by then.
+    // The time is B's whole answer, read after it arrives (issue 36: the
+    // gap measured before the request was sent could not fail); its bound
+    // only says B did not wait for the state to arrive (a loaded 2-core
+    // runner takes far less than it; issue 36 asks for no tight wall-clock
+    // bound).
     let r = b.openai(chat("prim/model-a"), Some("chat-2")).await;
     let gap = answered.elapsed();
     assert_eq!(r.status, 200);
@@ -66,7 +69,7 @@ async fn a_cooldown_on_a_is_seen_by_b_at_once() {
     );
     assert_eq!(b.prim.hits(), 0, "B called a profile A had cooled");
     assert!(
-        gap.as_millis() < 250,
+        gap < Duration::from_secs(5),
         "B answered {gap:?} after A: the cooldown took longer to be seen"
     );
     // A's auto override of chat-1 is B's too.
