@@ -457,6 +457,38 @@ mod tests {
         assert_eq!(s.usage_stats["openai:a"].cooldown_model, None);
     }
 
+    // R7.3, R8.1: a window ends at its `until`: blocked the millisecond
+    // before, usable at that instant — for a cooldown and a disable alike.
+    #[test]
+    fn a_window_ends_exactly_at_its_until() {
+        let until = T0 + MINUTE_MS;
+        let cooling = UsageStats {
+            cooldown_until: Some(until),
+            ..Default::default()
+        };
+        let disabled = UsageStats {
+            disabled_until: Some(until),
+            disabled_reason: Some("billing".into()),
+            ..Default::default()
+        };
+        for s in [&cooling, &disabled] {
+            assert_eq!(
+                block_for(s, None, until - 1).map(|b| b.until()),
+                Some(until)
+            );
+            assert_eq!(block_for(s, None, until), None);
+        }
+        // A disable with a longer cooldown under it lasts as long as both.
+        let both = UsageStats {
+            cooldown_until: Some(until + 5),
+            ..disabled.clone()
+        };
+        let b = block_for(&both, None, until).unwrap();
+        assert_eq!((b.until(), b.reason()), (until + 5, None));
+        let b = block_for(&both, None, until - 1).unwrap();
+        assert_eq!((b.until(), b.reason()), (until + 5, Some("billing")));
+    }
+
     // R8.1, R8.4: billing disable 5 h doubling to a 24 h cap.
     #[test]
     fn r8_4_billing_doubles_to_cap() {
@@ -661,6 +693,28 @@ mod tests {
                 reason: Some("rate_limit".into())
             })
         );
+        // So is one that is reached right now: a window of no length would
+        // not cool the profile at all.
+        let f = Failure {
+            reset_at: Some(T0),
+            ..f
+        };
+        let e = record_failure(
+            &mut s,
+            "openai:c",
+            "openai",
+            &f,
+            &CooldownPolicy::default(),
+            T0,
+        );
+        assert_eq!(
+            e,
+            FailureEffect::Started(Block::Cooling {
+                until: T0 + MINUTE_MS,
+                model: Some("gpt-5".into()),
+                reason: Some("rate_limit".into())
+            })
+        );
     }
 
     #[test]
@@ -692,6 +746,13 @@ mod tests {
         let st = &s.usage_stats["openai:a"];
         assert_eq!((st.cooldown_until, st.error_count), (None, 0));
         assert_eq!(s.last_good["openai"], "openai:a");
+        // A sibling's success the instant the scoped cooldown ends: nothing
+        // is cooling any more, so the record is cleared.
+        fail(&mut s, "rate_limit", &rate_limit(), Some("gpt-5"), T0 + 3);
+        let until = s.usage_stats["openai:a"].cooldown_until.unwrap();
+        record_success(&mut s, "openai:a", "openai", Some("gpt-5-mini"), until);
+        let st = &s.usage_stats["openai:a"];
+        assert_eq!((st.cooldown_until, st.error_count), (None, 0));
     }
 
     #[test]

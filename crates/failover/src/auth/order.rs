@@ -577,6 +577,23 @@ mod tests {
             "profile `anthropic:expired`: oauth access token expired at 2025-12-31T23:59:59Z and there is no refresh token; log in again",
             "profile `openai:x` belongs to provider `openai`",
         ]);
+        // `failover status` lists them by id, under the order's source.
+        let ids: Vec<&str> = o.excluded.iter().map(Excluded::id).collect();
+        assert_eq!(ids, ["anthropic:key", "anthropic:expired", "openai:x"]);
+        assert_eq!(o.source.describe(), "auth.order");
+        assert_eq!(
+            [
+                OrderSource::StoredOrder,
+                OrderSource::ConfigProfiles,
+                OrderSource::StoredProfiles
+            ]
+            .map(OrderSource::describe),
+            [
+                "stored order",
+                "auth.profiles, round-robin",
+                "stored profiles, round-robin"
+            ]
+        );
     }
 
     #[test]

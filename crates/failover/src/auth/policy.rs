@@ -314,6 +314,25 @@ mod tests {
     use super::*;
     use crate::auth::cooldown::DISABLE_FLOOR_MS;
 
+    // R6.7: a provider's own reset time is capped by the operator's
+    // policy for the lane (a disable's cap) or for cooldowns (24 h).
+    #[test]
+    fn r6_7_provider_reset_caps_by_lane() {
+        let p = CooldownPolicy::default();
+        let h = |n: u64| Duration::from_secs(n * 3600);
+        assert_eq!(p.provider_reset_cap(None, "openai"), h(24));
+        assert_eq!(
+            p.provider_reset_cap(Some(DisableLane::Billing), "openai"),
+            h(24)
+        );
+        assert_eq!(
+            p.provider_reset_cap(Some(DisableLane::AuthPermanent), "openai"),
+            h(1)
+        );
+        let weekly = p.with_provider_reset_max(h(7 * 24));
+        assert_eq!(weekly.provider_reset_cap(None, "openai"), h(7 * 24));
+    }
+
     #[test]
     fn r8_4_r8_5_defaults() {
         let p = CooldownPolicy::default();

@@ -144,6 +144,11 @@ mod tests {
         // Entries older than a day are dropped.
         t.try_acquire("main", "late", T + DAY_MS + 1000);
         assert_eq!(t.len(), 1);
+        // A day old exactly counts as older than a day (REFERENCE e).
+        let mut t = ProbeThrottle::new();
+        t.try_acquire("main", "a", T);
+        t.try_acquire("main", "b", T + DAY_MS);
+        assert_eq!(t.len(), 1);
     }
 
     // R16.2: a disabled primary is probed only alone or near expiry.

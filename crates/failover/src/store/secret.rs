@@ -60,6 +60,7 @@ mod tests {
     #[test]
     fn r16_11_debug_and_mask_hide_the_secret() {
         let s = Secret::new("sk-live-SECRETSECRETSECRET-wxyz");
+        assert_eq!(format!("{s:?}"), "Secret(<redacted>)");
         let dbg = format!("{s:?} {:#?}", Some(&s));
         assert!(!dbg.contains("SECRET"));
         assert_eq!(s.masked(), "sk-…wxyz");

@@ -329,6 +329,76 @@ mod tests {
         assert_eq!(e.model_override_source, None);
     }
 
+    // R11.4: with no other writer, a rollback puts back every value the
+    // entry held before the write — not only clears what was written.
+    #[test]
+    fn r11_4_rollback_restores_the_previous_values() {
+        let mut e = SessionEntry {
+            provider_override: Some("anthropic".into()),
+            model_override: Some("claude".into()),
+            model_override_source: Some("auto".into()),
+            auth_profile_override: Some("anthropic:a".into()),
+            auth_profile_override_source: Some("auto".into()),
+            auth_profile_override_compaction_count: Some(3),
+            ..Default::default()
+        };
+        let original = e.clone();
+        let ours = OverrideFields {
+            provider_override: Some("openai".into()),
+            model_override: Some("gpt".into()),
+            model_override_source: Some("auto".into()),
+            auth_profile_override: Some("openai:b".into()),
+            auth_profile_override_source: Some("auto".into()),
+            ..Default::default()
+        };
+        let before = ours.write(&mut e);
+        assert_eq!(before, OverrideFields::read(&original));
+        assert_eq!(e.model_override.as_deref(), Some("gpt"));
+        assert_eq!(ours.rollback(&before, &mut e), 4);
+        assert_eq!(e, original);
+    }
+
+    // R3, R6.5: a source is read by name; `status` lists entries that hold
+    // an override of either kind.
+    #[test]
+    fn sources_by_name_and_entries_with_overrides() {
+        assert_eq!(
+            OverrideSource::from_name("user"),
+            Some(OverrideSource::User)
+        );
+        assert_eq!(
+            OverrideSource::from_name("auto"),
+            Some(OverrideSource::Auto)
+        );
+        assert_eq!(OverrideSource::from_name("User"), None);
+        // A stated `user` wins over the legacy rule (a compaction count
+        // stored with the pin would otherwise make it `auto`).
+        let pinned = SessionEntry {
+            auth_profile_override: Some("openai:a".into()),
+            auth_profile_override_source: Some("user".into()),
+            auth_profile_override_compaction_count: Some(2),
+            ..Default::default()
+        };
+        assert_eq!(
+            pinned.auth_profile_override_source(),
+            Some(OverrideSource::User)
+        );
+        assert!(pinned.has_overrides());
+        assert!(!SessionEntry::default().has_overrides());
+        for e in [
+            SessionEntry {
+                provider_override: Some("openai".into()),
+                ..Default::default()
+            },
+            SessionEntry {
+                model_override: Some("gpt".into()),
+                ..Default::default()
+            },
+        ] {
+            assert!(e.has_overrides(), "{e:?}");
+        }
+    }
+
     // R3 legacy row and REFERENCE b: sources of legacy entries.
     #[test]
     fn legacy_sources() {

@@ -466,6 +466,23 @@ async fn r10_1_auth_permanent_skips_the_provider() {
         Some("Provider openai has auth_permanent issue (skipping all models)")
     );
     assert!(h.stats("openai:default").disabled_until.is_some());
+    // The next run reads the recorded disable and its reason: the whole
+    // provider is skipped before any call.
+    s.clear_calls();
+    let out = h
+        .runner
+        .run(&RunRequest::session("s2"), s.f())
+        .await
+        .unwrap();
+    assert_eq!(s.calls(), vec!["google/gemini@google:default"]);
+    for a in &out.attempts[..2] {
+        assert_eq!(a.outcome, AttemptOutcome::Skipped);
+        assert_eq!(a.reason.as_deref(), Some("auth_permanent"));
+        assert_eq!(
+            a.error.as_deref(),
+            Some("Provider openai has auth_permanent issue (skipping all models)")
+        );
+    }
 }
 
 // R10.3, R16.1: a cooling primary is skipped outside its probe window,
@@ -533,8 +550,14 @@ async fn r16_2_billing_disabled_primary() {
         })
         .unwrap();
     let s = Script::default();
-    h.runner.run(&req(), s.f()).await.unwrap();
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
     assert_eq!(s.calls(), vec!["openai/gpt@openai:default"]);
+    assert_eq!(out.attempts[0].outcome, AttemptOutcome::Skipped);
+    assert_eq!(out.attempts[0].reason.as_deref(), Some("billing"));
+    assert_eq!(
+        out.attempts[0].error.as_deref(),
+        Some("Provider anthropic is disabled (billing)")
+    );
 
     // Alone (a strict one-shot run): probed.
     s.clear_calls();
