@@ -67,15 +67,73 @@ pub(crate) fn is_malformed(e: &Event) -> bool {
     d != "[DONE]" && serde_json::from_str::<serde::de::IgnoredAny>(d).is_err()
 }
 
-/// An error event of either protocol.
+/// An error event of any protocol: an `error` event or an object with a
+/// top-level `error` (OpenAI, Anthropic, Gemini, Responses' `error`
+/// event), or a Responses `response.failed`.
 pub(crate) fn is_error_event(e: &Event) -> bool {
-    if e.event.as_deref() == Some("error") {
+    if matches!(e.event.as_deref(), Some("error" | "response.failed")) {
         return true;
     }
     e.data.starts_with('{')
         && serde_json::from_str::<Value>(&e.data).is_ok_and(|v| {
             v.get("error").is_some_and(|x| !x.is_null())
-                || v.get("type").and_then(Value::as_str) == Some("error")
+                || matches!(
+                    v.get("type").and_then(Value::as_str),
+                    Some("error" | "response.failed")
+                )
+        })
+}
+
+/// The failure an error event stands for, classified like any other:
+/// the event's data is the body, except a Responses `response.failed`,
+/// whose `response` (with its `error {code, message}`) is.
+pub(crate) fn error_event_failure(e: &Event) -> failover::ProviderFailure {
+    let failed = serde_json::from_str::<Value>(&e.data)
+        .ok()
+        .filter(|v| v.get("type").and_then(Value::as_str) == Some("response.failed"))
+        .and_then(|v| v.get("response").cloned());
+    let body = match &failed {
+        Some(r) => r.to_string(),
+        None => e.data.clone(),
+    };
+    let mut failure = failover::ProviderFailure::default().with_body(body);
+    failure.status = error_event_status(e);
+    failure
+}
+
+/// Whether a Responses event says nothing of the answer yet: the
+/// lifecycle's start, a message item or an empty text part being added.
+fn responses_preamble(v: &Value) -> bool {
+    match v.get("type").and_then(Value::as_str) {
+        Some("response.created" | "response.in_progress" | "response.queued") => true,
+        Some("response.output_item.added") => {
+            v.pointer("/item/type").and_then(Value::as_str) == Some("message")
+        }
+        Some("response.content_part.added") => v
+            .pointer("/part/text")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty),
+        _ => false,
+    }
+}
+
+/// Whether a Gemini chunk says nothing yet: no text, call or finish.
+fn gemini_preamble(v: &Value) -> bool {
+    if v.pointer("/candidates/0/finishReason")
+        .is_some_and(|f| !f.is_null())
+        || v.get("promptFeedback").is_some()
+    {
+        return false;
+    }
+    v.pointer("/candidates/0/content/parts")
+        .and_then(Value::as_array)
+        .is_none_or(|parts| {
+            parts.iter().all(|p| {
+                p.get("functionCall").is_none()
+                    && p.get("text")
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty)
+            })
         })
 }
 
@@ -89,6 +147,8 @@ pub(crate) fn is_preamble(upstream: Protocol, e: &Event) -> bool {
         return false;
     };
     match upstream {
+        Protocol::Responses => responses_preamble(&v),
+        Protocol::Gemini => gemini_preamble(&v),
         Protocol::Anthropic => match v.get("type").and_then(Value::as_str) {
             Some("message_start" | "ping") => true,
             Some("content_block_start") => {
@@ -132,6 +192,22 @@ pub(crate) fn is_preamble(upstream: Protocol, e: &Event) -> bool {
 /// The HTTP status an error event stands for, when it says.
 pub(crate) fn error_event_status(e: &Event) -> Option<u16> {
     let v: Value = serde_json::from_str(&e.data).ok()?;
+    // Responses: `error {code, message}` at the top (the `error` event) or
+    // under `response` (`response.failed`); codes named, not numbered.
+    let responses_code = match v.get("type").and_then(Value::as_str) {
+        Some("error") if v.get("error").is_none() => v.get("code"),
+        Some("response.failed") => v.pointer("/response/error/code"),
+        _ => None,
+    };
+    if let Some(code) = responses_code {
+        return match code.as_str()? {
+            "rate_limit_exceeded" => Some(429),
+            "server_error" => Some(500),
+            "insufficient_quota" => Some(429),
+            "invalid_prompt" | "invalid_request_error" | "context_length_exceeded" => Some(400),
+            _ => None,
+        };
+    }
     let err = v.get("error")?;
     if let Some(n) = err.get("code").and_then(Value::as_u64) {
         return u16::try_from(n).ok().filter(|s| (100..600).contains(s));

@@ -196,8 +196,10 @@ pub(crate) struct Started {
 
 pub(crate) fn protocol_of(api: Api) -> Protocol {
     match api {
-        Api::OpenAiCompletions => Protocol::OpenAi,
+        Api::OpenAiCompletions | Api::AzureOpenAiCompletions => Protocol::OpenAi,
         Api::AnthropicMessages => Protocol::Anthropic,
+        Api::OpenAiResponses | Api::AzureOpenAiResponses => Protocol::Responses,
+        Api::GoogleGenerativeAi => Protocol::Gemini,
     }
 }
 
@@ -304,10 +306,23 @@ fn body_failure(_: &hyper::Error) -> AttemptError {
     ))
 }
 
+/// The header an API key goes in, for an upstream protocol (`None`:
+/// `Authorization: Bearer`).
+fn key_header(api: Api) -> Option<HeaderName> {
+    match api {
+        Api::OpenAiCompletions | Api::OpenAiResponses => None,
+        Api::AnthropicMessages => Some(HeaderName::from_static("x-api-key")),
+        Api::GoogleGenerativeAi => Some(HeaderName::from_static("x-goog-api-key")),
+        Api::AzureOpenAiResponses | Api::AzureOpenAiCompletions => {
+            Some(HeaderName::from_static("api-key"))
+        }
+    }
+}
+
 /// The credential header of a profile for an upstream protocol.
 fn auth_headers(api: Api, profile: &Profile, id: &str) -> Result<HeaderMap, AttemptError> {
     let (secret, bearer) = match &profile.credential {
-        Credential::ApiKey { key: Some(k), .. } => (k, api == Api::OpenAiCompletions),
+        Credential::ApiKey { key: Some(k), .. } => (k, key_header(api).is_none()),
         Credential::OAuth {
             access: Some(a), ..
         } => (a, true),
@@ -330,11 +345,10 @@ fn auth_headers(api: Api, profile: &Profile, id: &str) -> Result<HeaderMap, Atte
     })?;
     value.set_sensitive(true);
     let mut h = HeaderMap::new();
-    if bearer {
-        h.insert(AUTHORIZATION, value);
-    } else {
-        h.insert(HeaderName::from_static("x-api-key"), value);
-    }
+    match key_header(api) {
+        Some(name) if !bearer => h.insert(name, value),
+        _ => h.insert(AUTHORIZATION, value),
+    };
     Ok(h)
 }
 
@@ -371,6 +385,8 @@ pub(crate) struct CallInput<'a> {
     /// `anthropic-version` / `anthropic-beta` of an Anthropic client, for
     /// an Anthropic upstream.
     pub anthropic_headers: Vec<(HeaderName, HeaderValue)>,
+    /// The model asked for (Gemini and Azure deployments put it in the URL).
+    pub model: &'a str,
     pub stream: bool,
     pub metrics: &'a Metrics,
     pub now_ms: u64,
@@ -404,14 +420,17 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
             headers.insert(k, v);
         }
     }
+    let uri = u
+        .uri_for(input.model, input.stream)
+        .map_err(AttemptError::Skip)?;
     let mut req = Request::new(Full::new(Bytes::from(input.body)));
     *req.method_mut() = Method::POST;
-    *req.uri_mut() = u.endpoint_uri().clone();
+    *req.uri_mut() = uri.clone();
     *req.headers_mut() = headers;
     let send = input.client.request(req);
     let resp = match tokio::time::timeout_at(first_deadline, send).await {
         Err(_) => return Err(timeout_failure("no first byte", u.timeouts.first_byte)),
-        Ok(Err(e)) => return Err(send_failure(&e, u.endpoint_uri())),
+        Ok(Err(e)) => return Err(send_failure(&e, &uri)),
         Ok(Ok(r)) => r,
     };
     let status = resp.status().as_u16();
@@ -522,9 +541,7 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
             // An error as the first event is a failure like any other:
             // nothing has reached the client yet, so the chain goes on.
             if let Some(err) = events.iter().find(|e| super::sse::is_error_event(e)) {
-                let mut failure = ProviderFailure::default().with_body(err.data.clone());
-                failure.status = super::sse::error_event_status(err);
-                return Err(AttemptError::Provider(failure));
+                return Err(AttemptError::Provider(super::sse::error_event_failure(err)));
             }
             let content = events.iter().any(|e| !super::sse::is_preamble(proto, e));
             first.extend(events);

@@ -60,6 +60,20 @@ pub enum Api {
     OpenAiCompletions,
     /// Anthropic Messages: `POST {baseUrl}/v1/messages`.
     AnthropicMessages,
+    /// OpenAI Responses: `POST {baseUrl}/responses`.
+    OpenAiResponses,
+    /// Google Gemini: `POST {baseUrl}/models/{model}:generateContent`,
+    /// `:streamGenerateContent?alt=sse` when streaming; `x-goog-api-key`.
+    GoogleGenerativeAi,
+    /// Azure OpenAI Responses: `POST {baseUrl}/responses` when `baseUrl`
+    /// ends in `/openai/v1`, else `{baseUrl}/openai/responses?api-version=V`;
+    /// `api-key`.
+    AzureOpenAiResponses,
+    /// Azure OpenAI chat deployments: `POST
+    /// {baseUrl}/openai/deployments/{model}/chat/completions?api-version=V`,
+    /// or `{baseUrl}/chat/completions` when `baseUrl` ends in `/openai/v1`;
+    /// `api-key`.
+    AzureOpenAiCompletions,
 }
 
 impl Api {
@@ -67,15 +81,35 @@ impl Api {
         match self {
             Api::OpenAiCompletions => "openai-completions",
             Api::AnthropicMessages => "anthropic-messages",
+            Api::OpenAiResponses => "openai-responses",
+            Api::GoogleGenerativeAi => "google-generative-ai",
+            Api::AzureOpenAiResponses => "azure-openai-responses",
+            Api::AzureOpenAiCompletions => "azure-openai-completions",
         }
     }
 
     fn from_name(s: &str) -> Option<Api> {
         match s {
-            "openai-completions" => Some(Api::OpenAiCompletions),
+            // Ollama's OpenAI-compatible API (`{host}/v1`).
+            "openai-completions" | "ollama" => Some(Api::OpenAiCompletions),
             "anthropic-messages" => Some(Api::AnthropicMessages),
+            "openai-responses" => Some(Api::OpenAiResponses),
+            "google-generative-ai" => Some(Api::GoogleGenerativeAi),
+            "azure-openai-responses" => Some(Api::AzureOpenAiResponses),
+            "azure-openai-completions" => Some(Api::AzureOpenAiCompletions),
             _ => None,
         }
+    }
+
+    /// Every `api` name, for messages.
+    const EXPECTED: &'static str = "expected `openai-completions`, `anthropic-messages`, `openai-responses`, `google-generative-ai`, `azure-openai-responses`, `azure-openai-completions` or `ollama`";
+
+    /// Whether the Azure conventions apply (`api-key`, `api-version`).
+    pub fn is_azure(self) -> bool {
+        matches!(
+            self,
+            Api::AzureOpenAiResponses | Api::AzureOpenAiCompletions
+        )
     }
 }
 
@@ -160,7 +194,11 @@ impl Continuation {
     pub fn default_for(api: Api) -> Self {
         match api {
             Api::AnthropicMessages => Continuation::Prefill,
-            Api::OpenAiCompletions => Continuation::Restart,
+            Api::OpenAiCompletions
+            | Api::OpenAiResponses
+            | Api::GoogleGenerativeAi
+            | Api::AzureOpenAiResponses
+            | Api::AzureOpenAiCompletions => Continuation::Restart,
         }
     }
 }
@@ -199,6 +237,9 @@ pub struct Upstream {
     /// `models` as declared, with their context windows and continuation
     /// modes.
     pub model_info: Vec<ModelInfo>,
+    /// Azure's `api-version` (`apiVersion`, else `$AZURE_OPENAI_API_VERSION`
+    /// read at start, else the api's default), when the URL takes one.
+    pub api_version: Option<String>,
     /// [`Upstream::endpoint`] parsed once, when the config is read: parsing
     /// a URL per request was about 10% of the gateway's own instructions
     /// (callgrind, benches/README.md "Gateway").
@@ -221,7 +262,61 @@ impl Upstream {
     /// The endpoint URL (DESIGN: OpenAI's base URL ends in `/v1`,
     /// Anthropic's does not).
     pub fn endpoint(&self) -> String {
-        endpoint_of(&self.base_url, self.api)
+        endpoint_of(&self.base_url, self.api, self.api_version.as_deref())
+    }
+
+    /// Whether the URL names the model (Gemini; Azure's classic
+    /// deployment URLs), so that it is built per call.
+    fn per_model(&self) -> bool {
+        match self.api {
+            Api::GoogleGenerativeAi => true,
+            Api::AzureOpenAiCompletions => !self.base_url.ends_with("/openai/v1"),
+            _ => false,
+        }
+    }
+
+    /// The URI of a call for `model`: [`Upstream::endpoint_uri`], or,
+    /// when the URL names the model, built for it (a model id with
+    /// characters a path segment cannot hold is refused, never encoded
+    /// into another path).
+    pub fn uri_for(&self, model: &str, stream: bool) -> Result<axum::http::Uri, String> {
+        if !self.per_model() {
+            return Ok(self.endpoint_uri.clone());
+        }
+        let (prefix, id) = match model.split_once('/') {
+            Some((p @ ("models" | "tunedModels"), id)) if self.api == Api::GoogleGenerativeAi => {
+                (p, id)
+            }
+            _ => ("models", model),
+        };
+        let ok = !id.is_empty()
+            && id != "."
+            && id != ".."
+            && id.bytes().all(|b| {
+                b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'@')
+            });
+        if !ok {
+            return Err(format!(
+                "model id `{}` cannot be put in {}'s URL",
+                model.chars().take(80).collect::<String>(),
+                self.api.name()
+            ));
+        }
+        let url = match self.api {
+            Api::GoogleGenerativeAi if stream => format!(
+                "{}/{prefix}/{id}:streamGenerateContent?alt=sse",
+                self.base_url
+            ),
+            Api::GoogleGenerativeAi => format!("{}/{prefix}/{id}:generateContent", self.base_url),
+            _ => format!(
+                "{}/openai/deployments/{id}/chat/completions?api-version={}",
+                self.base_url,
+                self.api_version
+                    .as_deref()
+                    .unwrap_or(AZURE_CHAT_API_VERSION)
+            ),
+        };
+        axum::http::Uri::try_from(url).map_err(|e| format!("not a valid URL: {e}"))
     }
 
     /// How `model` continues a broken answer: as declared, else the
@@ -248,10 +343,44 @@ impl Upstream {
     }
 }
 
-fn endpoint_of(base_url: &str, api: Api) -> String {
+/// Azure's classic chat deployments' `api-version` when none is set (the
+/// last GA, `2024-10-21`).
+const AZURE_CHAT_API_VERSION: &str = "2024-10-21";
+/// Azure's classic Responses `api-version` when none is set (openclaw's
+/// default).
+const AZURE_RESPONSES_API_VERSION: &str = "preview";
+
+fn endpoint_of(base_url: &str, api: Api, api_version: Option<&str>) -> String {
+    let v1 = base_url.ends_with("/openai/v1");
+    let query = |default: &str| match (api_version, v1) {
+        (Some(v), _) => format!("?api-version={v}"),
+        (None, true) => String::new(),
+        (None, false) => format!("?api-version={default}"),
+    };
     match api {
         Api::OpenAiCompletions => format!("{base_url}/chat/completions"),
         Api::AnthropicMessages => format!("{base_url}/v1/messages"),
+        Api::OpenAiResponses => format!("{base_url}/responses"),
+        // The model is in the path: built per call (`uri_for`); this is
+        // the form the config check parses.
+        Api::GoogleGenerativeAi => format!("{base_url}/models/m:generateContent"),
+        Api::AzureOpenAiResponses if v1 => {
+            format!("{base_url}/responses{}", query(AZURE_RESPONSES_API_VERSION))
+        }
+        Api::AzureOpenAiResponses => format!(
+            "{base_url}/openai/responses{}",
+            query(AZURE_RESPONSES_API_VERSION)
+        ),
+        Api::AzureOpenAiCompletions if v1 => {
+            format!(
+                "{base_url}/chat/completions{}",
+                query(AZURE_CHAT_API_VERSION)
+            )
+        }
+        Api::AzureOpenAiCompletions => format!(
+            "{base_url}/openai/deployments/m/chat/completions{}",
+            query(AZURE_CHAT_API_VERSION)
+        ),
     }
 }
 
@@ -587,18 +716,12 @@ fn provider(
         Some(Some(s)) => match Api::from_name(s.trim()) {
             Some(a) => Some(a),
             None => {
-                bad(
-                    "api",
-                    "unknown api: expected `openai-completions` or `anthropic-messages`".into(),
-                );
+                bad("api", format!("unknown api: {}", Api::EXPECTED));
                 None
             }
         },
         _ => {
-            bad(
-                "api",
-                "missing: expected `openai-completions` or `anthropic-messages`".into(),
-            );
+            bad("api", format!("missing: {}", Api::EXPECTED));
             None
         }
     };
@@ -643,6 +766,19 @@ fn provider(
             "`auth: none` and `apiKey` together: a keyless provider sends no key".into(),
         );
     }
+    let api_version = match get(map, "apiVersion") {
+        None => env("AZURE_OPENAI_API_VERSION").filter(|v| is_api_version(v)),
+        Some(v) => match v.as_str().map(str::trim) {
+            Some(s) if is_api_version(s) => Some(s.to_string()),
+            _ => {
+                bad(
+                    "apiVersion",
+                    "expected an Azure api-version such as `2024-10-21`, `preview` or `v1`".into(),
+                );
+                None
+            }
+        },
+    };
     let mut timeouts = Timeouts::DEFAULT;
     let (mut first_token, mut idle) = (None, None);
     if let Some(t) = get(map, "timeouts") {
@@ -770,9 +906,10 @@ fn provider(
         }
     }
     let (base_url, api) = (base_url?, api?);
+    let api_version = api_version.filter(|_| api.is_azure());
     // Read as a URL first (normalised: host case, percent-encoding), then
     // as the request URI the client sends.
-    let parsed = url::Url::parse(&endpoint_of(&base_url, api))
+    let parsed = url::Url::parse(&endpoint_of(&base_url, api, api_version.as_deref()))
         .map_err(|e| e.to_string())
         .and_then(|u| axum::http::Uri::try_from(u.as_str()).map_err(|e| e.to_string()));
     let endpoint_uri = match parsed {
@@ -795,8 +932,17 @@ fn provider(
         keyless,
         models,
         model_info,
+        api_version,
         endpoint_uri,
     })
+}
+
+/// An `api-version` value: letters, digits, `-`, `.` (it goes in a query).
+fn is_api_version(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 40
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
 }
 
 #[cfg(test)]

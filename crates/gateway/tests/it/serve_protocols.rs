@@ -1,0 +1,532 @@
+//! The upstream protocols beyond Chat Completions and Messages (issue
+//! 33): OpenAI Responses, Google Gemini and Azure OpenAI, each a scripted
+//! upstream on loopback in the provider's own shapes, and the client
+//! endpoint `POST /v1/responses`. Translation goes through the canonical
+//! form (`src/canonical/`).
+
+use crate::serve_support::*;
+use serde_json::{json, Value};
+
+/// A Responses stream's events, as OpenAI sends them (docs/protocols.md
+/// §1.3): created, a message item with `parts` as deltas, completed.
+pub(crate) fn responses_events(parts: &[&str]) -> Vec<String> {
+    let ev = |v: Value| format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap());
+    let r = json!({"id": "resp_1", "object": "response", "created_at": 1, "status": "in_progress",
+        "error": null, "incomplete_details": null, "model": "gpt-up", "output": [],
+        "parallel_tool_calls": true, "tool_choice": "auto", "tools": [], "usage": null});
+    let text: String = parts.concat();
+    let mut out = vec![
+        ev(json!({"type": "response.created", "sequence_number": 0, "response": r})),
+        ev(json!({"type": "response.in_progress", "sequence_number": 1, "response": r})),
+        ev(
+            json!({"type": "response.output_item.added", "sequence_number": 2, "output_index": 0,
+            "item": {"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant", "content": []}}),
+        ),
+        ev(
+            json!({"type": "response.content_part.added", "sequence_number": 3, "item_id": "msg_1",
+            "output_index": 0, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
+        ),
+    ];
+    for (i, p) in parts.iter().enumerate() {
+        out.push(ev(
+            json!({"type": "response.output_text.delta", "sequence_number": 4 + i,
+            "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": p, "logprobs": [],
+            "obfuscation": "xyz"}),
+        ));
+    }
+    let n = 4 + parts.len();
+    let item = json!({"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}]});
+    out.push(ev(
+        json!({"type": "response.output_text.done", "sequence_number": n, "item_id": "msg_1",
+        "output_index": 0, "content_index": 0, "text": text, "logprobs": []}),
+    ));
+    out.push(ev(json!({"type": "response.output_item.done", "sequence_number": n + 1, "output_index": 0, "item": item})));
+    let mut done = r.clone();
+    done["status"] = json!("completed");
+    done["output"] = json!([item]);
+    done["usage"] = json!({"input_tokens": 9, "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 2, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 11});
+    out.push(ev(
+        json!({"type": "response.completed", "sequence_number": n + 2, "response": done}),
+    ));
+    out
+}
+
+pub(crate) fn ok_responses(text: &str) -> Reply {
+    Reply::Http {
+        status: 200,
+        headers: vec![],
+        body: json!({"id": "resp_9", "object": "response", "created_at": 1, "status": "completed",
+            "error": null, "incomplete_details": null, "model": "gpt-up",
+            "output": [{"type": "message", "id": "msg_9", "status": "completed", "role": "assistant",
+                        "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+            "parallel_tool_calls": true, "tool_choice": "auto", "tools": [],
+            "usage": {"input_tokens": 4, "output_tokens": 2, "total_tokens": 6}})
+        .to_string(),
+    }
+}
+
+pub(crate) fn ok_gemini(text: &str) -> Reply {
+    Reply::Http {
+        status: 200,
+        headers: vec![],
+        body: json!({"candidates": [{"content": {"parts": [{"text": text}], "role": "model"},
+                "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 5, "totalTokenCount": 8},
+            "modelVersion": "gemini-up", "responseId": "g-1"})
+        .to_string(),
+    }
+}
+
+/// Gemini's SSE chunks (`alt=sse`): text parts, the last with the finish.
+pub(crate) fn gemini_events(parts: &[&str]) -> Vec<String> {
+    let n = parts.len();
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut c = json!({"candidates": [{"content": {"parts": [{"text": p}], "role": "model"}, "index": 0}],
+                "usageMetadata": {"promptTokenCount": 7, "totalTokenCount": 7}, "modelVersion": "gemini-up",
+                "responseId": "g-2"});
+            if i + 1 == n {
+                c["candidates"][0]["finishReason"] = json!("STOP");
+                c["usageMetadata"] = json!({"promptTokenCount": 7, "candidatesTokenCount": 4, "totalTokenCount": 11});
+            }
+            format!("data: {c}\r\n\r\n")
+        })
+        .collect()
+}
+
+/// Gemini's 429 as the API sends it (docs/protocols.md §2.5).
+pub(crate) const GEMINI_429: &str = r#"{"error": {"code": 429, "message": "You exceeded your current quota, please check your plan.", "status": "RESOURCE_EXHAUSTED", "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}]}, {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "34.4s"}]}}"#;
+
+fn sse_data(text: &str) -> Vec<Value> {
+    text.split("\n\n")
+        .filter_map(|b| b.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+// Issue 33: an `openai-responses` upstream for a Chat Completions client,
+// whole and streamed; the upstream is asked at `{baseUrl}/responses` with
+// a Bearer key, `input` and `instructions`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responses_upstream_serves_chat_clients() {
+    let gw = Gw::start(
+        "resp-up",
+        Setup {
+            prim_api: "openai-responses",
+            ..Setup::default()
+        },
+    )
+    .await;
+    gw.prim.push(ok_responses("from responses"));
+    let body = json!({"model": "prim/model-a", "max_tokens": 20,
+        "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]});
+    let r = gw.openai(body.clone(), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["choices"][0]["message"]["content"], "from responses");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(v["usage"]["total_tokens"], 6);
+    let seen = gw.prim.seen();
+    assert_eq!(seen[0].path, "/v1/responses");
+    assert_eq!(
+        seen[0].headers["authorization"],
+        format!("Bearer {}", SECRETS[0])
+    );
+    assert_eq!(seen[0].body["instructions"], "be brief");
+    assert_eq!(seen[0].body["max_output_tokens"], 20);
+    assert_eq!(seen[0].body["model"], "model-a");
+    assert_eq!(
+        seen[0].body["input"],
+        json!([{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}])
+    );
+    // Streamed.
+    gw.prim
+        .push(Reply::Sse(responses_events(&["Hel", "lo"]), Tail::End));
+    let mut b = body;
+    b["stream"] = json!(true);
+    b["stream_options"] = json!({"include_usage": true});
+    let r = gw.openai(b, None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let chunks = sse_data(&r.text);
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "Hello");
+    assert!(r.text.trim_end().ends_with("data: [DONE]"), "{}", r.text);
+    assert!(chunks
+        .iter()
+        .any(|c| c["choices"][0]["finish_reason"] == "stop"));
+    assert!(chunks.iter().any(|c| c["usage"]["total_tokens"] == 11));
+    gw.stop().await;
+}
+
+// Issue 33: errors inside a 200 Responses stream (`error`,
+// `response.failed`) are failures like any other: the chain moves on
+// before the client has a byte, and the classifier reads the error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_inside_a_responses_stream_fail_over() {
+    let gw = Gw::start(
+        "resp-err",
+        Setup {
+            prim_api: "openai-responses",
+            ..Setup::default()
+        },
+    )
+    .await;
+    let created = responses_events(&[])[0].clone();
+    gw.prim.push(Reply::Sse(
+        vec![
+            created.clone(),
+            "event: error\ndata: {\"type\":\"error\",\"sequence_number\":1,\"code\":\"rate_limit_exceeded\",\"message\":\"Rate limit reached for gpt-up\",\"param\":null}\n\n".into(),
+        ],
+        Tail::End,
+    ));
+    let mut ev = openai_events(&["from ", "back"]);
+    ev.extend(openai_stream_end());
+    gw.back.push(Reply::Sse(ev.clone(), Tail::End));
+    let mut body = chat("prim/model-a");
+    body["stream"] = json!(true);
+    let r = gw.openai(body.clone(), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.header("x-failover-model").as_deref(),
+        Some("back/model-b")
+    );
+    assert_eq!(r.header("x-failover-attempts").as_deref(), Some("2"));
+    assert!(r.text.contains("back"), "{}", r.text);
+    // Classified from the event as received.
+    assert_eq!(gw.usage("prim:default")["cooldownReason"], "rate_limit");
+    gw.stop_cooling();
+    gw.prim.push(Reply::Sse(
+        vec![
+            created,
+            "event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":1,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"failed\",\"error\":{\"code\":\"server_error\",\"message\":\"An error occurred while processing your request. You can retry your request, or contact us through our help center at help.openai.com if the error persists.\"},\"output\":[]}}\n\n".into(),
+        ],
+        Tail::End,
+    ));
+    gw.back.push(Reply::Sse(ev, Tail::End));
+    let r = gw.openai(body, None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.header("x-failover-model").as_deref(),
+        Some("back/model-b")
+    );
+    assert!(!gw.usage("prim:default")["cooldownReason"].is_null());
+    gw.stop().await;
+}
+
+// Issue 33: the client endpoint `POST /v1/responses`, whole and streamed,
+// on a Chat Completions upstream (translated) and on a Responses upstream
+// (the client's body with only `model` replaced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_responses_endpoint_serves_clients() {
+    let gw = Gw::start(
+        "resp-client",
+        Setup {
+            back_api: "openai-responses",
+            ..Setup::default()
+        },
+    )
+    .await;
+    gw.prim.push(ok_openai("plain"));
+    let r = gw
+        .post(
+            "/v1/responses",
+            json!({"model": "prim/model-a", "input": "hi", "instructions": "be brief"}),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["object"], "response");
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["output"][0]["content"][0]["text"], "plain");
+    assert_eq!(v["usage"]["input_tokens"], 3);
+    assert_eq!(
+        r.header("x-failover-model").as_deref(),
+        Some("prim/model-a")
+    );
+    let seen = gw.prim.seen();
+    assert_eq!(
+        seen[0].body["messages"],
+        json!([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}])
+    );
+    // Streamed from a Chat Completions upstream: the full Responses
+    // sequence.
+    let mut ev = openai_events(&["Hel", "lo"]);
+    ev.extend(openai_stream_end());
+    gw.prim.push(Reply::Sse(ev, Tail::End));
+    let r = gw
+        .post(
+            "/v1/responses",
+            json!({"model": "prim/model-a", "input": "hi", "stream": true}),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let events = sse_data(&r.text);
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    let seq: Vec<u64> = events
+        .iter()
+        .map(|e| e["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seq, (0..10).collect::<Vec<u64>>());
+    assert_eq!(
+        events[9]["response"]["output"][0]["content"][0]["text"],
+        "Hello"
+    );
+    assert_eq!(events[9]["response"]["id"], events[0]["response"]["id"]);
+    // A Responses upstream: the body passes with only `model` replaced.
+    gw.back.push(ok_responses("same protocol"));
+    let body = json!({"model": "back/model-b", "input": [{"role": "user", "content": "hi"}],
+        "reasoning": {"effort": "low"}, "store": true});
+    let r = gw.post("/v1/responses", body.clone(), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["output"][0]["content"][0]["text"], "same protocol");
+    let mut expected = body;
+    expected["model"] = json!("model-b");
+    assert_eq!(gw.back.seen()[0].body, expected);
+    // A field with no Chat Completions equivalent refuses that candidate,
+    // named; the Responses fallback answers.
+    gw.back.push(ok_responses("fallback"));
+    let r = gw
+        .post(
+            "/v1/responses",
+            json!({"model": "prim/model-a", "input": "hi", "previous_response_id": "resp_0"}),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.header("x-failover-model").as_deref(),
+        Some("back/model-b")
+    );
+    assert_eq!(gw.prim.hits(), 2, "the refused candidate is never called");
+    // Bad input is a 400 in OpenAI's shape.
+    let r = gw
+        .post("/v1/responses", json!({"model": "prim/model-a"}), None)
+        .await;
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("`input`"));
+    gw.stop().await;
+}
+
+// Issue 33: a `google-generative-ai` upstream: the model in the URL,
+// `x-goog-api-key`, `alt=sse` streams; Gemini's error body reaches the
+// classifier whole (a 429 RESOURCE_EXHAUSTED is a rate limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gemini_upstream_serves_clients() {
+    let gw = Gw::start(
+        "gemini",
+        Setup {
+            prim_api: "google-generative-ai",
+            ..Setup::default()
+        },
+    )
+    .await;
+    gw.prim.push(ok_gemini("from gemini"));
+    let r = gw
+        .anthropic(
+            json!({"model": "prim/model-a", "max_tokens": 32, "system": "be brief",
+                   "messages": [{"role": "user", "content": "hi"}]}),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["content"][0]["text"], "from gemini");
+    assert_eq!(v["stop_reason"], "end_turn");
+    assert_eq!(v["usage"], json!({"input_tokens": 3, "output_tokens": 5}));
+    let seen = gw.prim.seen();
+    assert_eq!(seen[0].path, "/v1beta/models/model-a:generateContent");
+    assert_eq!(seen[0].headers["x-goog-api-key"], SECRETS[0]);
+    assert!(seen[0].headers.get("authorization").is_none());
+    assert_eq!(
+        seen[0].body["systemInstruction"],
+        json!({"parts": [{"text": "be brief"}]})
+    );
+    assert_eq!(seen[0].body["generationConfig"]["maxOutputTokens"], 32);
+    assert!(seen[0].body.get("model").is_none());
+    // Streamed, for an OpenAI client.
+    gw.prim
+        .push(Reply::Sse(gemini_events(&["Hel", "lo"]), Tail::End));
+    let mut body = chat("prim/model-a");
+    body["stream"] = json!(true);
+    let r = gw.openai(body.clone(), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let chunks = sse_data(&r.text);
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "Hello");
+    assert!(r.text.trim_end().ends_with("data: [DONE]"), "{}", r.text);
+    let s = &gw.prim.seen()[1];
+    assert_eq!(s.path, "/v1beta/models/model-a:streamGenerateContent");
+    assert_eq!(s.query.as_deref(), Some("alt=sse"));
+    // Gemini's 429: the fallback answers; the attempt is a rate limit.
+    gw.prim.push(error(429, GEMINI_429));
+    gw.back.push(ok_openai("from the fallback"));
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.header("x-failover-attempts").as_deref(), Some("2"));
+    gw.stop_cooling();
+    gw.prim.push(error(429, GEMINI_429));
+    gw.back.push(error(429, GEMINI_429));
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    assert_eq!(r.status, 429, "{}", r.text);
+    let v = r.json();
+    let attempts = v["error"]["failover"]["attempts"].as_array().unwrap();
+    assert_eq!(attempts[0]["reason"], "rate_limit", "{v}");
+    gw.stop().await;
+}
+
+// Issue 33: Azure OpenAI: a classic chat deployment URL (`api-version`,
+// the deployment named by the model) and the v1 Responses URL, both
+// with `api-key`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_deployments_take_api_key_and_api_version() {
+    let gw = Gw::start(
+        "azure",
+        Setup {
+            prim_api: "azure-openai-completions",
+            back_api: "azure-openai-responses",
+            back_keys: "apiVersion: 2025-04-01-preview".into(),
+            ..Setup::default()
+        },
+    )
+    .await;
+    gw.prim.push(ok_openai("from azure chat"));
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let s = &gw.prim.seen()[0];
+    assert_eq!(s.path, "/openai/deployments/model-a/chat/completions");
+    assert_eq!(s.query.as_deref(), Some("api-version=2024-10-21"));
+    assert_eq!(s.headers["api-key"], SECRETS[0]);
+    assert!(s.headers.get("authorization").is_none());
+    gw.back.push(ok_responses("from azure responses"));
+    let r = gw.openai(chat("back/model-b"), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let s = &gw.back.seen()[0];
+    assert_eq!(s.path, "/openai/responses");
+    assert_eq!(s.query.as_deref(), Some("api-version=2025-04-01-preview"));
+    assert_eq!(s.headers["api-key"], SECRETS[1]);
+    assert_eq!(s.body["model"], "model-b");
+    gw.stop().await;
+}
+
+// Issue 33 with issue 32: a Responses upstream's stream that breaks after
+// its first tokens is finished by the next candidate (a Chat Completions
+// upstream, `restart`), in the client's protocol.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_responses_stream_is_continued() {
+    let gw = Gw::start(
+        "resp-cont",
+        Setup {
+            prim_api: "openai-responses",
+            ..Setup::default()
+        },
+    )
+    .await;
+    // created, in_progress, item added, part added, two deltas: then a reset.
+    let partial: Vec<String> = responses_events(&["The quick", " brown"])
+        .into_iter()
+        .take(6)
+        .collect();
+    gw.prim.push(Reply::Sse(partial, Tail::Cut));
+    let mut ev = openai_events(&["The quick", " brown", " fox"]);
+    ev.extend(openai_stream_end());
+    gw.back.push(Reply::Sse(ev, Tail::End));
+    let mut body = chat("prim/model-a");
+    body["stream"] = json!(true);
+    let r = gw.openai(body, None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let chunks = sse_data(&r.text);
+    assert!(
+        chunks.iter().all(|c| c.get("error").is_none()),
+        "{}",
+        r.text
+    );
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "The quick brown fox");
+    assert!(
+        r.text.contains(
+            ": x-failover-continued: back/model-b (restart) after prim/model-a broke off"
+        ),
+        "{}",
+        r.text
+    );
+    gw.stop().await;
+}
+
+// The README's cross-family example: examples/gateway-cross.yaml is a set
+// `serve` accepts, each provider with its api's endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_cross_family_config_is_serve_ready() {
+    let dir = temp_dir("example-cross");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let gw = failover_gateway::Gateway::new(failover_gateway::Sources {
+        config: root.join("examples/gateway-cross.yaml"),
+        state: dir.clone(),
+        rules: vec![],
+        no_defaults: false,
+        model: Default::default(),
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let set = gw.active();
+    let apis: Vec<(&str, &str)> = set
+        .upstreams
+        .providers
+        .values()
+        .map(|u| (u.id.as_str(), u.api.name()))
+        .collect();
+    assert_eq!(
+        apis,
+        [
+            ("anthropic", "anthropic-messages"),
+            ("gemini", "google-generative-ai"),
+            ("openai", "openai-responses")
+        ]
+    );
+    assert_eq!(
+        set.upstreams.get("openai").unwrap().endpoint(),
+        "https://api.openai.com/v1/responses"
+    );
+    assert_eq!(
+        set.upstreams
+            .get("gemini")
+            .unwrap()
+            .uri_for("gemini-2.5-pro", true)
+            .unwrap()
+            .to_string(),
+        "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
