@@ -530,3 +530,179 @@ async fn readme_cross_family_config_is_serve_ready() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The upstreams of the cross-family chain, in its order.
+struct Chain {
+    running: Option<failover_gateway::Running>,
+    dir: std::path::PathBuf,
+    /// (provider id, api, mock)
+    ups: Vec<(&'static str, &'static str, Mock)>,
+    http: reqwest::Client,
+}
+
+impl Chain {
+    async fn start(name: &str, family: &[(&'static str, &'static str)]) -> Chain {
+        let _env = PROXY_ENV.read().await;
+        let mut ups = Vec::new();
+        for (id, api) in family {
+            ups.push((*id, *api, Mock::start().await));
+        }
+        let dir = temp_dir(name);
+        let agent = dir.join("state/agents/main/agent");
+        std::fs::create_dir_all(&agent).unwrap();
+        let profiles: serde_json::Map<String, Value> = ups
+            .iter()
+            .map(|(id, _, _)| {
+                (
+                    format!("{id}:default"),
+                    json!({"type": "api_key", "provider": id, "key": format!("key-{id}-{}", SECRETS[0])}),
+                )
+            })
+            .collect();
+        std::fs::write(
+            agent.join("auth-profiles.json"),
+            json!({"version": 1, "profiles": profiles}).to_string(),
+        )
+        .unwrap();
+        let mut config = format!(
+            "agents:\n  defaults:\n    model:\n      primary: {}/m\n      fallbacks: [{}]\nmodels:\n  providers:\n",
+            ups[0].0,
+            ups[1..]
+                .iter()
+                .map(|(id, _, _)| format!("{id}/m"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        for (id, api, mock) in &ups {
+            config.push_str(&format!(
+                "    {id}:\n      baseUrl: \"{}\"\n      api: {api}\n      timeouts: {{ connectMs: 1000, firstByteMs: 3000, totalMs: 10000 }}\n      models: [m]\n",
+                base(mock, api)
+            ));
+        }
+        std::fs::write(dir.join("gateway.yaml"), config).unwrap();
+        let running = failover_gateway::start(failover_gateway::Options {
+            sources: failover_gateway::Sources {
+                config: dir.join("gateway.yaml"),
+                state: dir.join("state"),
+                rules: vec![],
+                no_defaults: false,
+                model: Default::default(),
+            },
+            listen: "127.0.0.1:0".into(),
+            watch: false,
+            workers: 2,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        Chain {
+            running: Some(running),
+            dir,
+            ups,
+            http: reqwest::Client::builder().no_proxy().build().unwrap(),
+        }
+    }
+
+    fn mock(&self, id: &str) -> &Mock {
+        &self.ups.iter().find(|u| u.0 == id).unwrap().2
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Resp {
+        let url = format!("http://{}{path}", self.running.as_ref().unwrap().addr);
+        Resp::from(self.http.post(url).json(&body).send().await.unwrap()).await
+    }
+
+    async fn stop(mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown().await;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Every family's failure in its own shape, then Anthropic answers; the
+/// client, in each of its three protocols, gets its own protocol back.
+async fn cross_family_chain(family: &[(&'static str, &'static str)], failures: &[(&str, Reply)]) {
+    for client in ["/v1/chat/completions", "/v1/messages", "/v1/responses"] {
+        let chain = Chain::start("chain", family).await;
+        for (id, reply) in failures {
+            chain.mock(id).push(reply.clone());
+        }
+        chain
+            .mock("anthropic")
+            .push(ok_anthropic("from the last resort"));
+        let body = match client {
+            "/v1/chat/completions" => chat("openai/m"),
+            "/v1/messages" => msg("openai/m"),
+            _ => json!({"model": "openai/m", "input": "hi"}),
+        };
+        let r = chain.post(client, body).await;
+        assert_eq!(r.status, 200, "{client}: {}", r.text);
+        let v = r.json();
+        let text = match client {
+            "/v1/chat/completions" => v["choices"][0]["message"]["content"].clone(),
+            "/v1/messages" => v["content"][0]["text"].clone(),
+            _ => v["output"][0]["content"][0]["text"].clone(),
+        };
+        assert_eq!(text, "from the last resort", "{client}: {v}");
+        assert_eq!(r.header("x-failover-model").as_deref(), Some("anthropic/m"));
+        assert_eq!(
+            r.header("x-failover-attempts"),
+            Some(family.len().to_string())
+        );
+        // Each upstream was asked once, in its own protocol's path.
+        for (id, api, mock) in &chain.ups {
+            let seen = mock.seen();
+            assert_eq!(seen.len(), 1, "{id}");
+            let expect = match *api {
+                "openai-responses" => "/v1/responses",
+                "google-generative-ai" => "/v1beta/models/m:generateContent",
+                "bedrock-converse-stream" => "/model/m/converse",
+                _ => "/v1/messages",
+            };
+            assert_eq!(seen[0].path, expect, "{id}");
+        }
+        eprintln!(
+            "cross-family chain, {client} client: {} → answered by {}, {} attempts",
+            family
+                .iter()
+                .map(|(id, api)| format!("{id} ({api})"))
+                .collect::<Vec<_>>()
+                .join(" → "),
+            r.header("x-failover-model").unwrap_or_default(),
+            r.header("x-failover-attempts").unwrap_or_default()
+        );
+        chain.stop().await;
+    }
+}
+
+// Issue 33 "Tests": a chain that falls back across the protocol families
+// in one run — OpenAI Responses (429), Gemini (503 UNAVAILABLE), then
+// Anthropic answers — with the client's protocol preserved, for each of
+// the three client protocols.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_falls_back_across_protocol_families() {
+    cross_family_chain(
+        &[
+            ("openai", "openai-responses"),
+            ("gemini", "google-generative-ai"),
+            ("anthropic", "anthropic-messages"),
+        ],
+        &[
+            (
+                "openai",
+                error(
+                    429,
+                    r#"{"error":{"message":"Rate limit reached for gpt-5.2 in organization org-x on requests per min (RPM): Limit 500, Used 500, Requested 1.","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#,
+                ),
+            ),
+            (
+                "gemini",
+                error(
+                    503,
+                    r#"{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}"#,
+                ),
+            ),
+        ],
+    )
+    .await;
+}
