@@ -30,6 +30,8 @@ pub(crate) enum Protocol {
     Responses,
     /// Google Gemini's `generateContent`: an upstream protocol only.
     Gemini,
+    /// Amazon Bedrock's Converse: an upstream protocol only.
+    Bedrock,
 }
 
 impl Protocol {
@@ -39,6 +41,7 @@ impl Protocol {
             Protocol::Anthropic => "anthropic",
             Protocol::Responses => "responses",
             Protocol::Gemini => "gemini",
+            Protocol::Bedrock => "bedrock",
         }
     }
 
@@ -49,6 +52,7 @@ impl Protocol {
             Protocol::Anthropic => Api::AnthropicMessages,
             Protocol::Responses => Api::OpenAiResponses,
             Protocol::Gemini => Api::GoogleGenerativeAi,
+            Protocol::Bedrock => Api::BedrockConverseStream,
         }
     }
 }
@@ -120,12 +124,14 @@ impl ClientError {
             .clone()
             .unwrap_or_else(|| default_type(protocol, self.status).to_string());
         let mut err = match protocol {
-            Protocol::OpenAi | Protocol::Responses | Protocol::Gemini => json!({
-                "message": self.message,
-                "type": ty,
-                "param": null,
-                "code": self.code,
-            }),
+            Protocol::OpenAi | Protocol::Responses | Protocol::Gemini | Protocol::Bedrock => {
+                json!({
+                    "message": self.message,
+                    "type": ty,
+                    "param": null,
+                    "code": self.code,
+                })
+            }
             Protocol::Anthropic => json!({ "type": ty, "message": self.message }),
         };
         if let (Some(d), Some(o)) = (&self.detail, err.as_object_mut()) {
@@ -223,7 +229,7 @@ pub(crate) fn parse_request(
         Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
         _ => return Err(c.wrong("model", "a model name string")),
     };
-    if protocol == Protocol::Responses || protocol == Protocol::Gemini {
+    if !matches!(protocol, Protocol::OpenAi | Protocol::Anthropic) {
         return parse_responses(body, model);
     }
     let messages = match body.get("messages") {
@@ -271,7 +277,7 @@ pub(crate) fn parse_request(
             })?;
             c.opt("stream_options", "an object", Value::is_object)?;
         }
-        Protocol::Responses | Protocol::Gemini => {}
+        Protocol::Responses | Protocol::Gemini | Protocol::Bedrock => {}
         Protocol::Anthropic => {
             if !body.get("max_tokens").is_some_and(Value::is_u64) {
                 return Err(c.wrong("max_tokens", "a whole number"));

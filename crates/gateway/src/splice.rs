@@ -146,7 +146,7 @@ impl Ledger {
             },
             // Responses clients' answers are not continued
             // (`continuation::request_continuable`).
-            Protocol::Responses | Protocol::Gemini => self.only_text = false,
+            Protocol::Responses | Protocol::Gemini | Protocol::Bedrock => self.only_text = false,
         }
     }
 }

@@ -149,6 +149,7 @@ pub(crate) fn is_preamble(upstream: Protocol, e: &Event) -> bool {
     match upstream {
         Protocol::Responses => responses_preamble(&v),
         Protocol::Gemini => gemini_preamble(&v),
+        Protocol::Bedrock => e.event.as_deref() == Some("messageStart"),
         Protocol::Anthropic => match v.get("type").and_then(Value::as_str) {
             Some("message_start" | "ping") => true,
             Some("content_block_start") => {

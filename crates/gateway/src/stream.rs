@@ -62,6 +62,8 @@ fn is_terminal(upstream: Protocol, e: &Event) -> bool {
         // Gemini has no end marker: its last chunk carries the finish
         // (`Source::complete`), and the end of the body ends it.
         Protocol::Gemini => false,
+        // Bedrock's `metadata` (usage) comes last, after `messageStop`.
+        Protocol::Bedrock => e.event.as_deref() == Some("metadata"),
         Protocol::Anthropic => {
             e.event.as_deref() == Some("message_stop")
                 || (e.event.is_none() && e.data.contains("\"message_stop\""))
@@ -82,7 +84,7 @@ pub(crate) fn client_error_event(client: Protocol, message: &str) -> Event {
         ),
         // The documented `error` event, with the error also as an object
         // so that the OpenAI SDKs raise it (docs/protocols.md).
-        Protocol::Responses | Protocol::Gemini => Event::named(
+        Protocol::Responses | Protocol::Gemini | Protocol::Bedrock => Event::named(
             "error",
             &json!({"type": "error", "code": "server_error", "message": message, "param": null,
                     "sequence_number": 0,
@@ -257,7 +259,7 @@ impl Source {
     fn complete(&self) -> bool {
         match self.upstream {
             Protocol::OpenAi => self.finish.complete(),
-            Protocol::Gemini => self.last_chunk,
+            Protocol::Gemini | Protocol::Bedrock => self.last_chunk,
             _ => false,
         }
     }
@@ -471,8 +473,10 @@ impl Relay {
                 if is_error_event(&e) {
                     return Some(self.cut(error_event_failure(&e)).await);
                 }
-                if self.src.upstream == Protocol::Gemini
-                    && crate::canonical::gemini::is_last_chunk(&e)
+                if (self.src.upstream == Protocol::Gemini
+                    && crate::canonical::gemini::is_last_chunk(&e))
+                    || (self.src.upstream == Protocol::Bedrock
+                        && e.event.as_deref() == Some("messageStop"))
                 {
                     self.src.last_chunk = true;
                 }

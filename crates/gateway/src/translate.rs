@@ -31,7 +31,7 @@
 
 use serde_json::{Map, Value};
 
-use super::canonical::{self, anthropic, gemini, openai_chat, responses, StreamEvent};
+use super::canonical::{self, anthropic, bedrock, gemini, openai_chat, responses, StreamEvent};
 use super::protocol::Protocol;
 
 /// Why a request cannot go to an upstream of the other protocol.
@@ -44,6 +44,7 @@ fn display(p: Protocol) -> &'static str {
         Protocol::Anthropic => anthropic::NAME,
         Protocol::Responses => responses::NAME,
         Protocol::Gemini => gemini::NAME,
+        Protocol::Bedrock => bedrock::NAME,
     }
 }
 
@@ -57,6 +58,7 @@ pub(crate) fn parse_request(
         Protocol::Anthropic => anthropic::request_in(body),
         Protocol::Responses => responses::request_in(body),
         Protocol::Gemini => gemini::request_in(body),
+        Protocol::Bedrock => bedrock::request_in(body),
     }
 }
 
@@ -72,9 +74,10 @@ pub(crate) fn render_request(
         Protocol::Anthropic => anthropic::request_out(r),
         Protocol::Responses => responses::request_out(r),
         Protocol::Gemini => gemini::request_out(r),
+        Protocol::Bedrock => bedrock::request_out(r),
     }
     .map_err(|e| canonical::for_target(e, display(to)))?;
-    if to != Protocol::Gemini {
+    if !matches!(to, Protocol::Gemini | Protocol::Bedrock) {
         out.insert("model".into(), Value::String(model.into()));
     }
     Ok(out)
@@ -146,6 +149,7 @@ pub(crate) fn parse_response(from: Protocol, v: &Value) -> canonical::Response {
         Protocol::Anthropic => anthropic::response_in(v),
         Protocol::Responses => responses::response_in(v),
         Protocol::Gemini => gemini::response_in(v),
+        Protocol::Bedrock => bedrock::response_in(v),
     }
 }
 
@@ -156,6 +160,7 @@ pub(crate) fn render_response(to: Protocol, r: &canonical::Response) -> Value {
         Protocol::Anthropic => anthropic::response_out(r),
         Protocol::Responses => responses::response_out(r),
         Protocol::Gemini => gemini::response_out(r),
+        Protocol::Bedrock => bedrock::response_out(r),
     }
 }
 
@@ -215,6 +220,7 @@ pub(crate) enum StreamIn {
     Anthropic(anthropic::StreamIn),
     Responses(responses::StreamIn),
     Gemini(gemini::StreamIn),
+    Bedrock(bedrock::StreamIn),
 }
 
 impl StreamIn {
@@ -224,6 +230,7 @@ impl StreamIn {
             Protocol::Anthropic => StreamIn::Anthropic(Default::default()),
             Protocol::Responses => StreamIn::Responses(Default::default()),
             Protocol::Gemini => StreamIn::Gemini(Default::default()),
+            Protocol::Bedrock => StreamIn::Bedrock(Default::default()),
         }
     }
 
@@ -233,6 +240,7 @@ impl StreamIn {
             StreamIn::Anthropic(t) => t.push(e),
             StreamIn::Responses(t) => t.push(e),
             StreamIn::Gemini(t) => t.push(e),
+            StreamIn::Bedrock(t) => t.push(e),
         }
     }
 }
@@ -250,8 +258,8 @@ impl StreamOut {
         match client {
             Protocol::Anthropic => StreamOut::Anthropic(Default::default()),
             Protocol::Responses => StreamOut::Responses(Default::default()),
-            // Gemini is never a client protocol.
-            Protocol::OpenAi | Protocol::Gemini => {
+            // Gemini and Bedrock are never client protocols.
+            Protocol::OpenAi | Protocol::Gemini | Protocol::Bedrock => {
                 StreamOut::OpenAi(openai_chat::StreamOut::new(client_wants_usage))
             }
         }

@@ -200,6 +200,7 @@ pub(crate) fn protocol_of(api: Api) -> Protocol {
         Api::AnthropicMessages => Protocol::Anthropic,
         Api::OpenAiResponses | Api::AzureOpenAiResponses => Protocol::Responses,
         Api::GoogleGenerativeAi => Protocol::Gemini,
+        Api::BedrockConverseStream => Protocol::Bedrock,
     }
 }
 
@@ -310,7 +311,7 @@ fn body_failure(_: &hyper::Error) -> AttemptError {
 /// `Authorization: Bearer`).
 fn key_header(api: Api) -> Option<HeaderName> {
     match api {
-        Api::OpenAiCompletions | Api::OpenAiResponses => None,
+        Api::OpenAiCompletions | Api::OpenAiResponses | Api::BedrockConverseStream => None,
         Api::AnthropicMessages => Some(HeaderName::from_static("x-api-key")),
         Api::GoogleGenerativeAi => Some(HeaderName::from_static("x-goog-api-key")),
         Api::AzureOpenAiResponses | Api::AzureOpenAiCompletions => {
@@ -443,6 +444,15 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
                 .map(|v| (n.to_string(), v.to_string()))
         })
         .collect();
+    // AWS names the exception in a header (`x-amzn-ErrorType:
+    // ThrottlingException:http://…`); the classifier gets the name as the
+    // error type.
+    let aws_error_type = resp
+        .headers()
+        .get("x-amzn-errortype")
+        .and_then(|v| v.to_str().ok())
+        .map(aws_error_name)
+        .filter(|n| !n.is_empty());
     let is_event_stream = resp
         .headers()
         .get(CONTENT_TYPE)
@@ -469,12 +479,11 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
         input
             .metrics
             .upstream_latency(&u.id, started.elapsed().as_secs_f64());
-        return Err(AttemptError::Provider(ProviderFailure::from_http(
-            status,
-            retry_after,
-            &head,
-            input.now_ms,
-        )));
+        let mut failure = ProviderFailure::from_http(status, retry_after, &head, input.now_ms);
+        if let Some(t) = aws_error_type {
+            failure = failure.with_error_type(t);
+        }
+        return Err(AttemptError::Provider(failure));
     }
     if input.stream {
         if !is_event_stream {
@@ -606,6 +615,18 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
             ProviderFailure::message(NOT_AN_OBJECT).with_status(status),
         )),
     }
+}
+
+/// An AWS error name as smithy reads it: up to the first `:`, after any
+/// `#` (`ThrottlingException:http://…`, `aws#ValidationException`);
+/// bounded, letters and digits only.
+pub(crate) fn aws_error_name(raw: &str) -> String {
+    let name = raw.split(':').next().unwrap_or("");
+    let name = name.rsplit('#').next().unwrap_or(name).trim();
+    name.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(64)
+        .collect()
 }
 
 /// The failure of a 2xx whose body is not one JSON object.

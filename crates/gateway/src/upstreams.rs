@@ -74,6 +74,12 @@ pub enum Api {
     /// or `{baseUrl}/chat/completions` when `baseUrl` ends in `/openai/v1`;
     /// `api-key`.
     AzureOpenAiCompletions,
+    /// Amazon Bedrock Converse: `POST {baseUrl}/model/{model}/converse`,
+    /// `/converse-stream` when streaming; `baseUrl` defaults to
+    /// `https://bedrock-runtime.{region}.amazonaws.com`. Signed with SigV4
+    /// (an `aws` profile or the AWS environment), or a Bedrock API key as
+    /// Bearer.
+    BedrockConverseStream,
 }
 
 impl Api {
@@ -85,6 +91,7 @@ impl Api {
             Api::GoogleGenerativeAi => "google-generative-ai",
             Api::AzureOpenAiResponses => "azure-openai-responses",
             Api::AzureOpenAiCompletions => "azure-openai-completions",
+            Api::BedrockConverseStream => "bedrock-converse-stream",
         }
     }
 
@@ -97,12 +104,13 @@ impl Api {
             "google-generative-ai" => Some(Api::GoogleGenerativeAi),
             "azure-openai-responses" => Some(Api::AzureOpenAiResponses),
             "azure-openai-completions" => Some(Api::AzureOpenAiCompletions),
+            "bedrock-converse-stream" => Some(Api::BedrockConverseStream),
             _ => None,
         }
     }
 
     /// Every `api` name, for messages.
-    const EXPECTED: &'static str = "expected `openai-completions`, `anthropic-messages`, `openai-responses`, `google-generative-ai`, `azure-openai-responses`, `azure-openai-completions` or `ollama`";
+    const EXPECTED: &'static str = "expected `openai-completions`, `anthropic-messages`, `openai-responses`, `google-generative-ai`, `azure-openai-responses`, `azure-openai-completions`, `bedrock-converse-stream` or `ollama`";
 
     /// Whether the Azure conventions apply (`api-key`, `api-version`).
     pub fn is_azure(self) -> bool {
@@ -198,7 +206,8 @@ impl Continuation {
             | Api::OpenAiResponses
             | Api::GoogleGenerativeAi
             | Api::AzureOpenAiResponses
-            | Api::AzureOpenAiCompletions => Continuation::Restart,
+            | Api::AzureOpenAiCompletions
+            | Api::BedrockConverseStream => Continuation::Restart,
         }
     }
 }
@@ -240,6 +249,10 @@ pub struct Upstream {
     /// Azure's `api-version` (`apiVersion`, else `$AZURE_OPENAI_API_VERSION`
     /// read at start, else the api's default), when the URL takes one.
     pub api_version: Option<String>,
+    /// The AWS region (Bedrock): `region`, else the one in the
+    /// `bedrock-runtime.{region}.amazonaws.com` base URL, else
+    /// `$AWS_REGION` / `$AWS_DEFAULT_REGION` read at start.
+    pub region: Option<String>,
     /// [`Upstream::endpoint`] parsed once, when the config is read: parsing
     /// a URL per request was about 10% of the gateway's own instructions
     /// (callgrind, benches/README.md "Gateway").
@@ -269,7 +282,7 @@ impl Upstream {
     /// deployment URLs), so that it is built per call.
     fn per_model(&self) -> bool {
         match self.api {
-            Api::GoogleGenerativeAi => true,
+            Api::GoogleGenerativeAi | Api::BedrockConverseStream => true,
             Api::AzureOpenAiCompletions => !self.base_url.ends_with("/openai/v1"),
             _ => false,
         }
@@ -282,6 +295,28 @@ impl Upstream {
     pub fn uri_for(&self, model: &str, stream: bool) -> Result<axum::http::Uri, String> {
         if !self.per_model() {
             return Ok(self.endpoint_uri.clone());
+        }
+        if self.api == Api::BedrockConverseStream {
+            // A Smithy label: every byte outside the unreserved set
+            // percent-encoded (`:` → `%3A`, `/` → `%2F`).
+            if model.is_empty() || model.len() > 2048 {
+                return Err("a Bedrock model id is 1 to 2048 bytes".into());
+            }
+            let mut label = String::with_capacity(model.len() * 3);
+            for b in model.bytes() {
+                if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                    label.push(b as char);
+                } else {
+                    label.push_str(&format!("%{b:02X}"));
+                }
+            }
+            let op = if stream {
+                "converse-stream"
+            } else {
+                "converse"
+            };
+            let url = format!("{}/model/{label}/{op}", self.base_url);
+            return axum::http::Uri::try_from(url).map_err(|e| format!("not a valid URL: {e}"));
         }
         let (prefix, id) = match model.split_once('/') {
             Some((p @ ("models" | "tunedModels"), id)) if self.api == Api::GoogleGenerativeAi => {
@@ -381,6 +416,7 @@ fn endpoint_of(base_url: &str, api: Api, api_version: Option<&str>) -> String {
             "{base_url}/openai/deployments/m/chat/completions{}",
             query(AZURE_CHAT_API_VERSION)
         ),
+        Api::BedrockConverseStream => format!("{base_url}/model/m/converse"),
     }
 }
 
@@ -704,6 +740,12 @@ fn provider(
             bad("baseUrl", "expected a URL string".into());
             None
         }
+        None if get(map, "api").and_then(Value::as_str).map(str::trim)
+            == Some("bedrock-converse-stream") =>
+        {
+            // Filled from the region below.
+            Some(String::new())
+        }
         None => {
             bad(
                 "baseUrl",
@@ -774,6 +816,19 @@ fn provider(
                 bad(
                     "apiVersion",
                     "expected an Azure api-version such as `2024-10-21`, `preview` or `v1`".into(),
+                );
+                None
+            }
+        },
+    };
+    let region = match get(map, "region") {
+        None => None,
+        Some(v) => match v.as_str().map(str::trim) {
+            Some(s) if is_region(s) => Some(s.to_string()),
+            _ => {
+                bad(
+                    "region",
+                    "expected an AWS region such as `us-east-1`".into(),
                 );
                 None
             }
@@ -905,8 +960,34 @@ fn provider(
             model_info.push(info);
         }
     }
-    let (base_url, api) = (base_url?, api?);
+    let (mut base_url, api) = (base_url?, api?);
+    // A Bedrock API key from the standard variable, read at start like
+    // `apiKey: "${VAR}"`.
+    if api == Api::BedrockConverseStream && env_key.is_none() && !keyless {
+        env_key = env("AWS_BEARER_TOKEN_BEDROCK")
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| Secret::new(v.trim()));
+    }
     let api_version = api_version.filter(|_| api.is_azure());
+    let region = match api {
+        Api::BedrockConverseStream => region
+            .or_else(|| region_of_host(&base_url))
+            .or_else(|| env("AWS_REGION").filter(|r| is_region(r)))
+            .or_else(|| env("AWS_DEFAULT_REGION").filter(|r| is_region(r))),
+        _ => None,
+    };
+    if base_url.is_empty() {
+        match &region {
+            Some(r) => base_url = format!("https://bedrock-runtime.{r}.amazonaws.com"),
+            None => {
+                problems.push(UpstreamProblem {
+                    path: format!("{path}.baseUrl"),
+                    message: "missing: give `baseUrl`, or `region` (or set AWS_REGION) for Bedrock's regional endpoint".into(),
+                });
+                return None;
+            }
+        }
+    }
     // Read as a URL first (normalised: host case, percent-encoding), then
     // as the request URI the client sends.
     let parsed = url::Url::parse(&endpoint_of(&base_url, api, api_version.as_deref()))
@@ -933,8 +1014,27 @@ fn provider(
         models,
         model_info,
         api_version,
+        region,
         endpoint_uri,
     })
+}
+
+/// An AWS region name (`us-east-1`, `eu-central-2`, `us-gov-west-1`).
+fn is_region(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 32
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// The region of a `bedrock-runtime[-fips].{region}.amazonaws.com` URL.
+fn region_of_host(base_url: &str) -> Option<String> {
+    let host = base_url.split("://").nth(1)?.split(['/', ':']).next()?;
+    let rest = host
+        .strip_prefix("bedrock-runtime.")
+        .or_else(|| host.strip_prefix("bedrock-runtime-fips."))?;
+    let region = rest.strip_suffix(".amazonaws.com")?;
+    is_region(region).then(|| region.to_string())
 }
 
 /// An `api-version` value: letters, digits, `-`, `.` (it goes in a query).

@@ -9,6 +9,7 @@
 //! | [`anthropic`] | `anthropic-messages` | in, out | in, out | in, out |
 //! | [`responses`] | `openai-responses`, `azure-openai-responses` | in, out | in, out | in, out |
 //! | [`gemini`] | `google-generative-ai` | in, out | in, out | in |
+//! | [`bedrock`] | `bedrock-converse-stream` | in, out | in, out | in, out |
 //!
 //! A request field a parser does not know, or a canonical value a renderer
 //! cannot say, has no faithful translation: the converter refuses with
@@ -28,6 +29,7 @@
 use serde_json::{Number, Value};
 
 pub(crate) mod anthropic;
+pub(crate) mod bedrock;
 pub(crate) mod gemini;
 pub(crate) mod openai_chat;
 pub(crate) mod responses;

@@ -20,6 +20,7 @@ enum P {
     Anthropic,
     Responses,
     Gemini,
+    Bedrock,
 }
 
 fn word() -> impl Strategy<Value = String> {
@@ -53,7 +54,7 @@ fn object() -> impl Strategy<Value = Value> {
 fn image(p: P) -> BoxedStrategy<Image> {
     let b64 = ("image/(png|jpeg)", "[A-Za-z0-9+/]{1,16}")
         .prop_map(|(media_type, data)| Image::Base64 { media_type, data });
-    if p == P::Gemini {
+    if matches!(p, P::Gemini | P::Bedrock) {
         return b64.boxed();
     }
     prop_oneof![
@@ -96,7 +97,7 @@ fn user(p: P) -> BoxedStrategy<Message> {
             }),
         ]
         .boxed(),
-        P::Anthropic | P::Gemini => {
+        P::Anthropic | P::Gemini | P::Bedrock => {
             proptest::collection::vec(prop_oneof![media(), result(p)], 1..4).boxed()
         }
     };
@@ -119,7 +120,7 @@ fn assistant(p: P) -> BoxedStrategy<Message> {
             .prop_filter("something to say", |(t, c)| t.is_some() || !c.is_empty())
             .prop_map(|(t, c)| t.into_iter().map(Part::Text).chain(c).collect())
             .boxed(),
-        P::Anthropic | P::Gemini => {
+        P::Anthropic | P::Gemini | P::Bedrock => {
             proptest::collection::vec(prop_oneof![nonempty.prop_map(Part::Text), call(p)], 1..4)
                 .boxed()
         }
@@ -217,6 +218,15 @@ fn request(p: P) -> BoxedStrategy<Request> {
                         r.parallel_tool_calls = None;
                         r.stream = None;
                     }
+                    P::Bedrock => {
+                        r.user = None;
+                        r.parallel_tool_calls = None;
+                        r.stream = None;
+                        // No "none" choice, and a choice only with tools.
+                        if r.tool_choice == Some(ToolChoice::None) || r.tools.is_none() {
+                            r.tool_choice = None;
+                        }
+                    }
                 }
                 r
             },
@@ -230,6 +240,7 @@ fn out_in(p: P, r: &Request) -> Request {
         P::Anthropic => anthropic::request_out(r),
         P::Responses => responses::request_out(r),
         P::Gemini => gemini::request_out(r),
+        P::Bedrock => bedrock::request_out(r),
     }
     .unwrap_or_else(|e| panic!("{p:?} refused {r:?}: {e}"));
     // Through the wire: bytes, as an upstream would read them.
@@ -240,6 +251,7 @@ fn out_in(p: P, r: &Request) -> Request {
         P::Anthropic => anthropic::request_in(&body),
         P::Responses => responses::request_in(&body),
         P::Gemini => gemini::request_in(&body),
+        P::Bedrock => bedrock::request_in(&body),
     }
     .unwrap_or_else(|e| panic!("{p:?} did not read back {body:?}: {e}"))
 }
@@ -270,7 +282,7 @@ fn run<T: std::fmt::Debug>(
 
 #[test]
 fn requests_round_trip_in_every_protocol() {
-    for p in [P::Chat, P::Anthropic, P::Responses, P::Gemini] {
+    for p in [P::Chat, P::Anthropic, P::Responses, P::Gemini, P::Bedrock] {
         run(&format!("request {p:?}"), request(p), |r| {
             prop_assert_eq!(out_in(p, &r), r);
             Ok(())
@@ -285,7 +297,7 @@ fn answer(p: P) -> BoxedStrategy<Response> {
         P::Chat => "chatcmpl-",
         P::Anthropic => "msg_",
         P::Responses => "resp_",
-        P::Gemini => "",
+        P::Gemini | P::Bedrock => "",
     };
     let content = match p {
         P::Chat | P::Responses | P::Anthropic => (
@@ -294,7 +306,7 @@ fn answer(p: P) -> BoxedStrategy<Response> {
         )
             .prop_map(|(t, c)| t.into_iter().map(Part::Text).chain(c).collect::<Vec<_>>())
             .boxed(),
-        P::Gemini => proptest::collection::vec(
+        P::Gemini | P::Bedrock => proptest::collection::vec(
             prop_oneof!["[a-z ]{1,20}".prop_map(Part::Text), call(P::Chat)],
             0..4,
         )
@@ -319,6 +331,13 @@ fn answer(p: P) -> BoxedStrategy<Response> {
             StopReason::MaxTokens,
             StopReason::ContentFilter,
         ],
+        P::Bedrock => vec![
+            StopReason::EndTurn,
+            StopReason::MaxTokens,
+            StopReason::ToolUse,
+            StopReason::StopSequence,
+            StopReason::ContentFilter,
+        ],
     };
     (
         "[a-z0-9]{1,10}",
@@ -334,9 +353,11 @@ fn answer(p: P) -> BoxedStrategy<Response> {
                 (P::Responses | P::Gemini, StopReason::EndTurn) if calls => StopReason::ToolUse,
                 _ => stop,
             };
+            // Converse answers carry no id and no model.
+            let bare = p == P::Bedrock;
             Response {
-                id: Some(format!("{prefix}{id}")),
-                model: Some(model),
+                id: (!bare).then(|| format!("{prefix}{id}")),
+                model: (!bare).then_some(model),
                 content,
                 stop,
                 usage: Usage { input, output },
@@ -347,19 +368,21 @@ fn answer(p: P) -> BoxedStrategy<Response> {
 
 #[test]
 fn answers_round_trip_in_every_protocol() {
-    for p in [P::Chat, P::Anthropic, P::Responses, P::Gemini] {
+    for p in [P::Chat, P::Anthropic, P::Responses, P::Gemini, P::Bedrock] {
         run(&format!("answer {p:?}"), answer(p), |r| {
             let wire = match p {
                 P::Chat => openai_chat::response_out(&r),
                 P::Anthropic => anthropic::response_out(&r),
                 P::Responses => responses::response_out(&r),
                 P::Gemini => gemini::response_out(&r),
+                P::Bedrock => bedrock::response_out(&r),
             };
             let back = match p {
                 P::Chat => openai_chat::response_in(&wire),
                 P::Anthropic => anthropic::response_in(&wire),
                 P::Responses => responses::response_in(&wire),
                 P::Gemini => gemini::response_in(&wire),
+                P::Bedrock => bedrock::response_in(&wire),
             };
             prop_assert_eq!(back, r);
             Ok(())
@@ -429,7 +452,7 @@ fn stream(p: P) -> BoxedStrategy<Vec<StreamEvent>> {
         P::Chat => "chatcmpl-",
         P::Anthropic => "msg_",
         P::Responses => "resp_",
-        P::Gemini => "",
+        P::Gemini | P::Bedrock => "",
     };
     let stops = match p {
         P::Chat => vec![
@@ -447,6 +470,12 @@ fn stream(p: P) -> BoxedStrategy<Vec<StreamEvent>> {
             StopReason::MaxTokens,
             StopReason::ContentFilter,
         ],
+        P::Bedrock => vec![
+            StopReason::EndTurn,
+            StopReason::MaxTokens,
+            StopReason::StopSequence,
+            StopReason::ContentFilter,
+        ],
     };
     (
         "[a-z0-9]{1,10}",
@@ -458,9 +487,10 @@ fn stream(p: P) -> BoxedStrategy<Vec<StreamEvent>> {
         0u64..100_000,
     )
         .prop_map(move |(id, model, texts, calls, stop, input, output)| {
+            let bare = p == P::Bedrock;
             let mut ev = vec![StreamEvent::Start {
-                id: Some(format!("{prefix}{id}")),
-                model: Some(model),
+                id: (!bare).then(|| format!("{prefix}{id}")),
+                model: (!bare).then_some(model),
                 input_tokens: None,
             }];
             ev.extend(texts.into_iter().map(StreamEvent::Text));
@@ -539,10 +569,16 @@ fn gemini_chunks(events: &[StreamEvent]) -> Vec<Event> {
 fn streams_round_trip_in_every_protocol() {
     use crate::protocol::Protocol;
     use crate::translate::{StreamIn, StreamOut};
-    for p in [P::Chat, P::Anthropic, P::Responses, P::Gemini] {
+    for p in [P::Chat, P::Anthropic, P::Responses, P::Gemini, P::Bedrock] {
         run(&format!("stream {p:?}"), stream(p), |events| {
             let wire: Vec<Event> = match p {
                 P::Gemini => gemini_chunks(&events),
+                // The event type as the name (the gateway's reading of
+                // an event-stream frame).
+                P::Bedrock => bedrock::stream_out(&events)
+                    .into_iter()
+                    .map(|(ty, payload)| Event::named(&ty, &payload))
+                    .collect(),
                 _ => {
                     let proto = match p {
                         P::Chat => Protocol::OpenAi,
@@ -563,6 +599,7 @@ fn streams_round_trip_in_every_protocol() {
                 P::Anthropic => Protocol::Anthropic,
                 P::Responses => Protocol::Responses,
                 P::Gemini => Protocol::Gemini,
+                P::Bedrock => Protocol::Bedrock,
             };
             let mut back = StreamIn::new(proto);
             let read: Vec<StreamEvent> = parsed.iter().flat_map(|e| back.push(e)).collect();

@@ -706,3 +706,88 @@ async fn a_chain_falls_back_across_protocol_families() {
     )
     .await;
 }
+
+/// A Converse answer as Bedrock sends it.
+pub(crate) fn ok_converse(text: &str) -> Reply {
+    Reply::Http {
+        status: 200,
+        headers: vec![],
+        body: json!({"output": {"message": {"role": "assistant", "content": [{"text": text}]}},
+            "stopReason": "end_turn", "usage": {"inputTokens": 30, "outputTokens": 12, "totalTokens": 42},
+            "metrics": {"latencyMs": 412}})
+        .to_string(),
+    }
+}
+
+/// A Bedrock error: the status, `x-amzn-ErrorType` and `{"message"}`.
+pub(crate) fn bedrock_error(status: u16, name: &str, message: &str) -> Reply {
+    Reply::Http {
+        status,
+        headers: vec![
+            (
+                "x-amzn-ErrorType".into(),
+                format!("{name}:http://internal.amazon.com/coral/com.amazon.bedrock/"),
+            ),
+            (
+                "x-amzn-RequestId".into(),
+                "0b1c2d3e-aaaa-bbbb-cccc-000000000000".into(),
+            ),
+        ],
+        body: json!({ "message": message }).to_string(),
+    }
+}
+
+// Issue 33: a `bedrock-converse-stream` upstream with a Bedrock API key
+// (Bearer): `/model/{label}/converse` with the id percent-encoded as a
+// Smithy label, the Converse body; an exception's name (the
+// `x-amzn-ErrorType` header) reaches the classifier as the error type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bedrock_upstream_with_an_api_key() {
+    let gw = Gw::start(
+        "bedrock-bearer",
+        Setup {
+            prim_api: "bedrock-converse-stream",
+            prim_models: "['us.anthropic.claude-sonnet-4-5-20250929-v1:0']".into(),
+            prim_keys: "region: us-east-1".into(),
+            ..Setup::default()
+        },
+    )
+    .await;
+    gw.prim.push(ok_converse("from bedrock"));
+    let model = "prim/us.anthropic.claude-sonnet-4-5-20250929-v1:0";
+    let r = gw
+        .openai(
+            json!({"model": model, "max_tokens": 64,
+                   "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["choices"][0]["message"]["content"], "from bedrock");
+    assert_eq!(v["usage"]["total_tokens"], 42);
+    let s = &gw.prim.seen()[0];
+    assert_eq!(
+        s.path,
+        "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse"
+    );
+    assert_eq!(s.headers["authorization"], format!("Bearer {}", SECRETS[0]));
+    assert_eq!(
+        s.body,
+        json!({"system": [{"text": "be brief"}],
+               "messages": [{"role": "user", "content": [{"text": "hi"}]}],
+               "inferenceConfig": {"maxTokens": 64}})
+    );
+    // ThrottlingException, named in the header: a rate limit.
+    gw.prim.push(bedrock_error(
+        429,
+        "ThrottlingException",
+        "Too many requests, please wait before trying again.",
+    ));
+    gw.back.push(error(500, r#"{"error":{"message":"boom"}}"#));
+    let r = gw.openai(chat(model), None).await;
+    let v = r.json();
+    let attempts = v["error"]["failover"]["attempts"].as_array().unwrap();
+    assert_eq!(attempts[0]["reason"], "rate_limit", "{v}");
+    gw.stop().await;
+}
