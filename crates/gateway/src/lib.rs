@@ -45,6 +45,7 @@
 
 #![deny(missing_docs)]
 
+mod aws;
 mod check;
 pub mod errors;
 mod log;
