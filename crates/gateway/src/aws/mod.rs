@@ -216,11 +216,10 @@ pub(crate) fn sign(
         headers.remove(old);
     }
     if !headers.contains_key(HOST) {
-        let default_port = match (uri.scheme_str(), uri.port_u16()) {
-            (_, None) => true,
-            (Some("https"), Some(443)) | (Some("http"), Some(80)) => true,
-            _ => false,
-        };
+        let default_port = matches!(
+            (uri.scheme_str(), uri.port_u16()),
+            (_, None) | (Some("https"), Some(443)) | (Some("http"), Some(80))
+        );
         let value = match uri.port_u16() {
             Some(port) if !default_port => format!("{host}:{port}"),
             _ => host.to_string(),
@@ -311,7 +310,15 @@ mod tests {
     // the production signer writes exactly the suite's Authorization.
     #[test]
     fn signs_the_published_vectors() {
-        let cases: &[(&str, &[(&str, &str)], Option<&str>, &str, &str)] = &[
+        /// Method, extra headers, session token, signed headers, signature.
+        type Case = (
+            &'static str,
+            &'static [(&'static str, &'static str)],
+            Option<&'static str>,
+            &'static str,
+            &'static str,
+        );
+        let cases: &[Case] = &[
             (
                 "GET",
                 &[],
