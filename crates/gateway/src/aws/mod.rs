@@ -13,6 +13,27 @@
 //! Secrets stay out of every `Debug` and `Display` here: [`AwsCredentials`]
 //! shows the access key id masked and never the secret or the session
 //! token; [`SignError`] names what is wrong, never a value.
+//!
+//! For the upstream that uses this (a checklist, not yet code):
+//!
+//! - read [`AwsCredentials::from_env`] and [`region_from_env`] once at
+//!   start, like the `${VAR}` keys, and add the secret access key and the
+//!   session token to the gateway's redactor (`failover::Redactor::new`),
+//!   as the stored profiles' are (`failover`'s `secrets_of` does that for
+//!   `aws` profiles);
+//! - an `aws` profile (`failover::state::Credential::Aws`) gives the same
+//!   three parts and maybe a region; issue 33 names three places for the
+//!   region (the profile, the environment, `models.providers.<id>.region`)
+//!   and leaves their order to the upstream;
+//! - set every header to be signed (`content-type: application/json`,
+//!   `accept`) first, then [`sign`] with service `bedrock` just before each
+//!   attempt is sent (the clock must be within 5 minutes of AWS's), and
+//!   add nothing after; the model id in the path is percent-encoded as a
+//!   label (`:` as `%3A`, `/` as `%2F`);
+//! - feed the `ConverseStream` body's chunks to an [`EventStreamDecoder`],
+//!   call `finish` at the end; an `exception` message's `event_type`
+//!   (`throttlingException`) is Bedrock's exception name with its first
+//!   letter lower-cased, its payload `{"message": "…"}`.
 
 // The `bedrock-converse-stream` upstream (branch `protocols`) is the user of
 // this module; until it lands, only the tests call it.
