@@ -45,6 +45,7 @@
 
 #![deny(missing_docs)]
 
+mod aws;
 mod canonical;
 mod check;
 pub mod errors;
