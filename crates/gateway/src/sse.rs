@@ -55,6 +55,65 @@ impl SseParser {
     }
 }
 
+/// How an upstream's stream is framed: server-sent events, or AWS
+/// event-stream frames (Bedrock's `ConverseStream`), each read into
+/// [`Event`]s: a frame's `:event-type` is the event's name and its payload
+/// the data; an exception (or error) frame is an `error` event whose data
+/// is `{"__type": "ThrottlingException", "message": "…"}` (the exception's
+/// name with its first letter raised, as Bedrock's HTTP errors name it),
+/// so that it is classified like any other error.
+#[derive(Debug)]
+pub(crate) enum Framing {
+    Sse(SseParser),
+    Aws(crate::aws::EventStreamDecoder),
+}
+
+impl Framing {
+    /// The events completed by `chunk`.
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Result<Vec<Event>, String> {
+        match self {
+            Framing::Sse(p) => p.push(chunk),
+            Framing::Aws(d) => {
+                let messages = d
+                    .push(chunk)
+                    .map_err(|e| format!("upstream stream was aborted: {e}"))?;
+                Ok(messages.into_iter().map(aws_event).collect())
+            }
+        }
+    }
+}
+
+/// One event-stream message as an [`Event`] (see [`Framing`]).
+fn aws_event(m: crate::aws::EventStreamMessage) -> Event {
+    let payload = String::from_utf8_lossy(&m.payload).into_owned();
+    if m.message_type == "event" {
+        return Event {
+            event: m.event_type,
+            data: payload,
+        };
+    }
+    let name: String = {
+        let raw = m.event_type.unwrap_or_default();
+        let mut c = raw.chars();
+        match c.next() {
+            Some(f) => f.to_ascii_uppercase().to_string() + c.as_str(),
+            None => "UnknownException".into(),
+        }
+    };
+    let mut body = match serde_json::from_str::<Value>(&payload) {
+        Ok(Value::Object(o)) => o,
+        _ => serde_json::Map::new(),
+    };
+    body.insert("__type".into(), Value::String(name));
+    if let Some(msg) = m.error_message {
+        body.entry("message").or_insert(Value::String(msg));
+    }
+    Event {
+        event: Some("error".into()),
+        data: Value::Object(body).to_string(),
+    }
+}
+
 /// The failure text of an event whose data is not what either protocol
 /// sends (issue 30): a broken stream, like a cut.
 pub(crate) const MALFORMED_EVENT: &str =
@@ -200,6 +259,25 @@ pub(crate) fn error_event_status(e: &Event) -> Option<u16> {
         Some("response.failed") => v.pointer("/response/error/code"),
         _ => None,
     };
+    // Bedrock's exceptions, by name (their HTTP statuses in the service
+    // model); a model stream error carries the model's own status.
+    if let Some(t) = v.get("__type").and_then(Value::as_str) {
+        return match t {
+            "ThrottlingException" | "ModelNotReadyException" => Some(429),
+            "ServiceUnavailableException" => Some(503),
+            "InternalServerException" => Some(500),
+            "ValidationException" => Some(400),
+            "ModelTimeoutException" => Some(408),
+            "AccessDeniedException" => Some(403),
+            "ModelStreamErrorException" | "ModelErrorException" => v
+                .get("originalStatusCode")
+                .and_then(Value::as_u64)
+                .and_then(|n| u16::try_from(n).ok())
+                .filter(|s| (400..600).contains(s))
+                .or(Some(424)),
+            _ => None,
+        };
+    }
     if let Some(code) = responses_code {
         return match code.as_str()? {
             "rate_limit_exceeded" => Some(429),

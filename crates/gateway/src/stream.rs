@@ -44,7 +44,7 @@ use super::continuation::Continuer;
 use super::metrics::Metrics;
 use super::protocol::{upstream_message, Protocol};
 use super::splice::{Ledger, Mismatch, Splice};
-use super::sse::{error_event_failure, is_error_event, is_malformed, SseParser, MALFORMED_EVENT};
+use super::sse::{error_event_failure, is_error_event, is_malformed, MALFORMED_EVENT};
 use super::translate::{Event, StreamTranslator};
 use super::upstream::{BodyStream, Started};
 
@@ -211,7 +211,7 @@ impl Finish {
 /// The upstream stream being relayed.
 pub(crate) struct Source {
     body: BodyStream,
-    parser: SseParser,
+    parser: super::sse::Framing,
     pending: VecDeque<Event>,
     translator: StreamTranslator,
     upstream: Protocol,

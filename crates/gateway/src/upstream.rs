@@ -189,7 +189,7 @@ pub(crate) enum Answer {
 /// [`super::stream`] after the runner has settled the run.
 pub(crate) struct Started {
     pub body: BodyStream,
-    pub parser: SseParser,
+    pub parser: super::sse::Framing,
     pub first: Vec<Event>,
     pub started: Instant,
 }
@@ -320,6 +320,40 @@ fn key_header(api: Api) -> Option<HeaderName> {
     }
 }
 
+/// The AWS credentials and region of an `aws` profile; `None` for a
+/// profile of another kind (a Bedrock API key goes as Bearer).
+#[allow(clippy::type_complexity)]
+fn aws_credentials(
+    profile: &Profile,
+    id: &str,
+) -> Result<Option<(crate::aws::AwsCredentials, Option<String>)>, AttemptError> {
+    let Credential::Aws {
+        access_key_id,
+        secret_access_key,
+        session_token,
+        region,
+        ..
+    } = &profile.credential
+    else {
+        return Ok(None);
+    };
+    match (access_key_id, secret_access_key) {
+        (Some(a), Some(s)) => Ok(Some((
+            crate::aws::AwsCredentials {
+                access_key_id: a.expose().trim().to_string(),
+                secret_access_key: s.expose().trim().to_string(),
+                session_token: session_token
+                    .as_ref()
+                    .map(|t| t.expose().trim().to_string()),
+            },
+            region.clone(),
+        ))),
+        _ => Err(AttemptError::Skip(format!(
+            "profile `{id}` has no AWS access key the gateway can use (references are not resolved)"
+        ))),
+    }
+}
+
 /// The credential header of a profile for an upstream protocol.
 fn auth_headers(api: Api, profile: &Profile, id: &str) -> Result<HeaderMap, AttemptError> {
     let (secret, bearer) = match &profile.credential {
@@ -404,7 +438,13 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
     // From the request, like the first byte's (issue 32).
     let first_token_deadline =
         tokio::time::Instant::now() + u.timeouts.first_token.min(u.timeouts.total);
+    // An `aws` profile signs the request (SigV4) once its headers are set.
+    let aws = match input.profile {
+        Some((id, p)) if u.api == Api::BedrockConverseStream => aws_credentials(p, id)?,
+        _ => None,
+    };
     let mut headers = match input.profile {
+        Some(_) if aws.is_some() => HeaderMap::new(),
         Some((id, p)) => auth_headers(u.api, p, id)?,
         None if u.keyless => HeaderMap::new(),
         // Issue 35: never a keyless call by accident. Nothing is sent; the
@@ -421,9 +461,34 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
             headers.insert(k, v);
         }
     }
+    let region = u.signing_region(aws.as_ref().and_then(|(_, r)| r.as_deref()));
     let uri = u
-        .uri_for(input.model, input.stream)
+        .uri_in(input.model, input.stream, region)
         .map_err(AttemptError::Skip)?;
+    if let Some((creds, _)) = &aws {
+        let region = region.ok_or_else(|| {
+            AttemptError::Skip(format!(
+                "no AWS region for `{}`: set `region` on the provider or the profile, or AWS_REGION",
+                u.id
+            ))
+        })?;
+        crate::aws::sign(
+            &Method::POST,
+            &uri,
+            &mut headers,
+            &input.body,
+            creds,
+            region,
+            "bedrock",
+            std::time::SystemTime::now(),
+        )
+        .map_err(|e| AttemptError::Skip(e.to_string()))?;
+        for h in ["authorization", "x-amz-security-token"] {
+            if let Some(v) = headers.get_mut(h) {
+                v.set_sensitive(true);
+            }
+        }
+    }
     let mut req = Request::new(Full::new(Bytes::from(input.body)));
     *req.method_mut() = Method::POST;
     *req.uri_mut() = uri.clone();
@@ -457,7 +522,13 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
+        .is_some_and(|v| {
+            if u.api == Api::BedrockConverseStream {
+                v.starts_with("application/vnd.amazon.eventstream")
+            } else {
+                v.starts_with("text/event-stream")
+            }
+        });
     let mut body: BodyStream = Box::pin(BodyDataStream::new(resp.into_body()));
     if !(200..300).contains(&status) {
         input
@@ -494,7 +565,11 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
                 .with_status(status),
             ));
         }
-        let mut parser = SseParser::default();
+        let mut parser = if u.api == Api::BedrockConverseStream {
+            super::sse::Framing::Aws(crate::aws::EventStreamDecoder::new())
+        } else {
+            super::sse::Framing::Sse(SseParser::default())
+        };
         let proto = protocol_of(u.api);
         // The events read so far: held until the first content, so that
         // a stream whose content never comes fails over before the

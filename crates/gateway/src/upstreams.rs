@@ -253,6 +253,14 @@ pub struct Upstream {
     /// `bedrock-runtime.{region}.amazonaws.com` base URL, else
     /// `$AWS_REGION` / `$AWS_DEFAULT_REGION` read at start.
     pub region: Option<String>,
+    /// Bedrock without a `baseUrl`: the regional endpoint is built from
+    /// the region (an `aws` profile's own region first).
+    pub base_from_region: bool,
+    /// Bedrock: `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` /
+    /// `AWS_SESSION_TOKEN`, read at start; becomes the `<id>:default`
+    /// profile (kind `aws`) unless a key (`apiKey`,
+    /// `AWS_BEARER_TOKEN_BEDROCK`) is given.
+    pub(crate) env_aws: Option<crate::aws::AwsCredentials>,
     /// [`Upstream::endpoint`] parsed once, when the config is read: parsing
     /// a URL per request was about 10% of the gateway's own instructions
     /// (callgrind, benches/README.md "Gateway").
@@ -267,6 +275,7 @@ impl fmt::Debug for Upstream {
             .field("api", &self.api)
             .field("timeouts", &self.timeouts)
             .field("env_key", &self.env_key.as_ref().map(|_| "<redacted>"))
+            .field("env_aws", &self.env_aws)
             .finish_non_exhaustive()
     }
 }
@@ -293,6 +302,29 @@ impl Upstream {
     /// characters a path segment cannot hold is refused, never encoded
     /// into another path).
     pub fn uri_for(&self, model: &str, stream: bool) -> Result<axum::http::Uri, String> {
+        self.uri_in(model, stream, None)
+    }
+
+    /// The AWS region a Bedrock call is signed for, given the profile's
+    /// own region: the profile's when the endpoint is built from the
+    /// region, else the provider's (`region`, the base URL's host, the
+    /// environment), else the profile's.
+    pub(crate) fn signing_region<'a>(&'a self, profile: Option<&'a str>) -> Option<&'a str> {
+        if self.base_from_region {
+            profile.or(self.region.as_deref())
+        } else {
+            self.region.as_deref().or(profile)
+        }
+    }
+
+    /// [`Upstream::uri_for`], in `region` when the endpoint is built from
+    /// the region (Bedrock without a `baseUrl`).
+    pub(crate) fn uri_in(
+        &self,
+        model: &str,
+        stream: bool,
+        region: Option<&str>,
+    ) -> Result<axum::http::Uri, String> {
         if !self.per_model() {
             return Ok(self.endpoint_uri.clone());
         }
@@ -315,7 +347,13 @@ impl Upstream {
             } else {
                 "converse"
             };
-            let url = format!("{}/model/{label}/{op}", self.base_url);
+            let base = match region {
+                Some(r) if self.base_from_region => {
+                    format!("https://bedrock-runtime.{r}.amazonaws.com")
+                }
+                _ => self.base_url.clone(),
+            };
+            let url = format!("{base}/model/{label}/{op}");
             return axum::http::Uri::try_from(url).map_err(|e| format!("not a valid URL: {e}"));
         }
         let (prefix, id) = match model.split_once('/') {
@@ -976,6 +1014,10 @@ fn provider(
             .or_else(|| env("AWS_DEFAULT_REGION").filter(|r| is_region(r))),
         _ => None,
     };
+    let env_aws = (api == Api::BedrockConverseStream && env_key.is_none() && !keyless)
+        .then(|| crate::aws::AwsCredentials::from_env(env))
+        .flatten();
+    let base_from_region = base_url.is_empty();
     if base_url.is_empty() {
         match &region {
             Some(r) => base_url = format!("https://bedrock-runtime.{r}.amazonaws.com"),
@@ -1015,6 +1057,8 @@ fn provider(
         model_info,
         api_version,
         region,
+        base_from_region,
+        env_aws,
         endpoint_uri,
     })
 }
@@ -1174,6 +1218,79 @@ mod tests {
                 "models.providers.b.models[0].continuation"
             ]
         );
+    }
+
+    // Issue 33: Bedrock's credentials and region come from the AWS
+    // environment, read at start (never the config); the endpoint is the
+    // region's when no `baseUrl` is given; a Bedrock API key wins.
+    #[test]
+    fn bedrock_reads_the_aws_environment() {
+        let aws_env = |name: &str| match name {
+            "AWS_ACCESS_KEY_ID" => Some("AKIAIOSFODNN7EXAMPLE".to_string()),
+            "AWS_SECRET_ACCESS_KEY" => Some("wJalrXUtnFEMI/K7MDENG+SECRET".to_string()),
+            "AWS_REGION" => Some("eu-west-1".to_string()),
+            _ => None,
+        };
+        let text = "models:\n  providers:\n    bedrock:\n      api: bedrock-converse-stream\n      models: ['us.anthropic.claude-sonnet-4-5-20250929-v1:0']\n";
+        let (u, _) = parse(text, &aws_env).unwrap();
+        let b = u.get("bedrock").unwrap();
+        assert_eq!(b.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(
+            b.base_url,
+            "https://bedrock-runtime.eu-west-1.amazonaws.com"
+        );
+        assert!(b.base_from_region);
+        let creds = b.env_aws.as_ref().unwrap();
+        assert_eq!(creds.access_key_id, "AKIAIOSFODNN7EXAMPLE");
+        assert!(!format!("{b:?}").contains("SECRET"));
+        assert_eq!(
+            b.uri_for("us.anthropic.claude-sonnet-4-5-20250929-v1:0", true)
+                .unwrap()
+                .to_string(),
+            "https://bedrock-runtime.eu-west-1.amazonaws.com/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse-stream"
+        );
+        // The profile's region moves a region-built endpoint.
+        assert_eq!(b.signing_region(Some("us-west-2")), Some("us-west-2"));
+        assert_eq!(
+            b.uri_in("m", false, Some("us-west-2")).unwrap().to_string(),
+            "https://bedrock-runtime.us-west-2.amazonaws.com/model/m/converse"
+        );
+        // A region on the provider, or in its host, wins over the
+        // environment; an explicit host keeps its region.
+        let explicit = text.replace(
+            "      api:",
+            "      baseUrl: https://bedrock-runtime.ap-south-1.amazonaws.com\n      api:",
+        );
+        let (u, _) = parse(&explicit, &aws_env).unwrap();
+        let b = u.get("bedrock").unwrap();
+        assert_eq!(b.region.as_deref(), Some("ap-south-1"));
+        assert_eq!(b.signing_region(Some("us-west-2")), Some("ap-south-1"));
+        let (u, _) = parse(
+            &text.replace("      api:", "      region: us-east-2\n      api:"),
+            &aws_env,
+        )
+        .unwrap();
+        assert_eq!(
+            u.get("bedrock").unwrap().region.as_deref(),
+            Some("us-east-2")
+        );
+        // A Bedrock API key: Bearer, no access key read.
+        let with_token = |name: &str| match name {
+            "AWS_BEARER_TOKEN_BEDROCK" => Some("bedrock-api-key-0123".to_string()),
+            other => aws_env(other),
+        };
+        let (u, _) = parse(text, &with_token).unwrap();
+        let b = u.get("bedrock").unwrap();
+        assert!(b.env_aws.is_none());
+        assert_eq!(b.env_key.as_ref().unwrap().expose(), "bedrock-api-key-0123");
+        // No region anywhere, no baseUrl: named.
+        let e = parse(text, &|_: &str| None).unwrap_err();
+        assert_eq!(e[0].path, "models.providers.bedrock.baseUrl");
+        assert!(parse(
+            &text.replace("      api:", "      region: 'us east'\n      api:"),
+            &aws_env
+        )
+        .is_err());
     }
 
     #[test]

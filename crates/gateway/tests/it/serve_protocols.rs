@@ -510,10 +510,20 @@ async fn readme_cross_family_config_is_serve_ready() {
     assert_eq!(
         apis,
         [
-            ("anthropic", "anthropic-messages"),
+            ("bedrock", "bedrock-converse-stream"),
             ("gemini", "google-generative-ai"),
             ("openai", "openai-responses")
         ]
+    );
+    // No baseUrl: the region's endpoint.
+    assert_eq!(
+        set.upstreams
+            .get("bedrock")
+            .unwrap()
+            .uri_for("us.anthropic.claude-sonnet-4-5-20250929-v1:0", true)
+            .unwrap()
+            .to_string(),
+        "https://bedrock-runtime.us-east-1.amazonaws.com/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse-stream"
     );
     assert_eq!(
         set.upstreams.get("openai").unwrap().endpoint(),
@@ -531,32 +541,217 @@ async fn readme_cross_family_config_is_serve_ready() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The upstreams of the cross-family chain, in its order.
+/// The secret of the test `aws` profile: the fake Bedrock checks each
+/// request's signature with it.
+pub(crate) const AWS_SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYSECRET0123";
+/// Its access key id.
+pub(crate) const AWS_KEY_ID: &str = "AKIAIOSFODNN7EXAMPLE";
+
+/// How the fake Bedrock answers one (correctly signed) request.
+#[derive(Clone, Debug)]
+pub(crate) enum BedrockReply {
+    /// A status, extra headers and a JSON body.
+    Json(u16, Vec<(String, String)>, String),
+    /// A `ConverseStream` answer: these event-stream frames.
+    Frames(Vec<Vec<u8>>),
+}
+
+/// A fake Bedrock Runtime on loopback: every request's SigV4 signature
+/// is checked (failover_testkit's verifier, independent of the gateway's
+/// signer) with [`AWS_SECRET`] for `us-east-1` and `bedrock`; a wrong one
+/// is refused as AWS refuses it (403 `InvalidSignatureException`).
+pub(crate) struct BedrockFake {
+    pub(crate) addr: std::net::SocketAddr,
+    script: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<BedrockReply>>>,
+    /// (path and query, body) of every request, signed or not.
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>,
+    /// Requests refused for their signature.
+    pub(crate) refused: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for BedrockFake {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl BedrockFake {
+    pub(crate) async fn start() -> BedrockFake {
+        use axum::body::Body;
+        use axum::response::Response;
+        let script: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<BedrockReply>>> =
+            Default::default();
+        let seen: std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>> = Default::default();
+        let refused: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
+        let (sc, se, re) = (script.clone(), seen.clone(), refused.clone());
+        let app = axum::Router::new().fallback(
+            move |method: axum::http::Method,
+                  uri: axum::http::Uri,
+                  headers: axum::http::HeaderMap,
+                  body: bytes::Bytes| {
+                let (sc, se, re) = (sc.clone(), se.clone(), re.clone());
+                async move {
+                    let pq = uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
+                    se.lock().unwrap().push((
+                        pq.clone(),
+                        serde_json::from_slice(&body).unwrap_or(Value::Null),
+                    ));
+                    let hs: Vec<(String, String)> = headers
+                        .iter()
+                        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                        .collect();
+                    if failover_testkit::aws::verify_sigv4(
+                        method.as_str(), &pq, &hs, &body, AWS_SECRET, "us-east-1", "bedrock",
+                    )
+                    .is_err()
+                    {
+                        re.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        return Response::builder()
+                            .status(403)
+                            .header("content-type", "application/json")
+                            .header("x-amzn-ErrorType", "InvalidSignatureException:http://internal.amazon.com/coral/com.amazon.coral.service/")
+                            .body(Body::from(r#"{"message":"The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method. Consult the service documentation for details."}"#))
+                            .unwrap();
+                    }
+                    let reply = sc.lock().unwrap().pop_front();
+                    match reply {
+                        Some(BedrockReply::Json(status, extra, body)) => {
+                            let mut b = Response::builder()
+                                .status(status)
+                                .header("content-type", "application/json");
+                            for (k, v) in extra {
+                                b = b.header(k, v);
+                            }
+                            b.body(Body::from(body)).unwrap()
+                        }
+                        Some(BedrockReply::Frames(frames)) => Response::builder()
+                            .status(200)
+                            .header("content-type", "application/vnd.amazon.eventstream")
+                            .body(Body::from_stream(futures_util::stream::iter(
+                                frames.into_iter().map(|f| Ok::<_, std::io::Error>(bytes::Bytes::from(f))),
+                            )))
+                            .unwrap(),
+                        None => Response::builder()
+                            .status(500)
+                            .header("x-amzn-ErrorType", "InternalServerException")
+                            .body(Body::from(r#"{"message":"unscripted"}"#))
+                            .unwrap(),
+                    }
+                }
+            },
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        BedrockFake {
+            addr,
+            script,
+            seen,
+            refused,
+            task,
+        }
+    }
+
+    pub(crate) fn push(&self, r: BedrockReply) {
+        self.script.lock().unwrap().push_back(r);
+    }
+
+    pub(crate) fn seen(&self) -> Vec<(String, Value)> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+/// ConverseStream frames of a text answer, as Bedrock sends them.
+pub(crate) fn converse_frames(parts: &[&str]) -> Vec<Vec<u8>> {
+    use failover_testkit::aws::encode_event;
+    let mut out = vec![encode_event("messageStart", br#"{"role":"assistant"}"#)];
+    for p in parts {
+        out.push(encode_event(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"text": p}, "p": "abcdefgh"})
+                .to_string()
+                .as_bytes(),
+        ));
+    }
+    out.push(encode_event(
+        "contentBlockStop",
+        br#"{"contentBlockIndex":0}"#,
+    ));
+    out.push(encode_event("messageStop", br#"{"stopReason":"end_turn"}"#));
+    out.push(encode_event(
+        "metadata",
+        br#"{"usage":{"inputTokens":20,"outputTokens":9,"totalTokens":29},"metrics":{"latencyMs":812}}"#,
+    ));
+    out
+}
+
+/// One upstream of a chain: a scripted HTTP upstream, or the fake Bedrock.
+enum Up {
+    Mock(Mock),
+    Bedrock(BedrockFake),
+}
+
+impl Up {
+    fn url(&self, api: &str) -> String {
+        match self {
+            Up::Mock(m) => base(m, api),
+            Up::Bedrock(b) => b.url(),
+        }
+    }
+
+    fn paths(&self) -> Vec<String> {
+        match self {
+            Up::Mock(m) => m.seen().into_iter().map(|s| s.path).collect(),
+            Up::Bedrock(b) => b.seen().into_iter().map(|s| s.0).collect(),
+        }
+    }
+}
+
+/// The upstreams of a chain, in its order, in front of a gateway.
 struct Chain {
     running: Option<failover_gateway::Running>,
     dir: std::path::PathBuf,
-    /// (provider id, api, mock)
-    ups: Vec<(&'static str, &'static str, Mock)>,
+    /// (provider id, api, upstream)
+    ups: Vec<(&'static str, &'static str, Up)>,
     http: reqwest::Client,
 }
 
 impl Chain {
-    async fn start(name: &str, family: &[(&'static str, &'static str)]) -> Chain {
+    /// A gateway whose chain is `family` in order (model `m` of each;
+    /// the Bedrock one `us.anthropic.claude-sonnet-4-5-20250929-v1:0`),
+    /// each with a key — an `aws` profile for Bedrock, signed with
+    /// `aws_secret`.
+    async fn start(name: &str, family: &[(&'static str, &'static str)], aws_secret: &str) -> Chain {
         let _env = PROXY_ENV.read().await;
         let mut ups = Vec::new();
         for (id, api) in family {
-            ups.push((*id, *api, Mock::start().await));
+            let up = if *api == "bedrock-converse-stream" {
+                Up::Bedrock(BedrockFake::start().await)
+            } else {
+                Up::Mock(Mock::start().await)
+            };
+            ups.push((*id, *api, up));
         }
         let dir = temp_dir(name);
         let agent = dir.join("state/agents/main/agent");
         std::fs::create_dir_all(&agent).unwrap();
         let profiles: serde_json::Map<String, Value> = ups
             .iter()
-            .map(|(id, _, _)| {
-                (
-                    format!("{id}:default"),
-                    json!({"type": "api_key", "provider": id, "key": format!("key-{id}-{}", SECRETS[0])}),
-                )
+            .map(|(id, api, _)| {
+                let p = if *api == "bedrock-converse-stream" {
+                    json!({"type": "aws", "provider": id, "accessKeyId": AWS_KEY_ID,
+                           "secretAccessKey": aws_secret, "region": "us-east-1"})
+                } else {
+                    json!({"type": "api_key", "provider": id, "key": format!("key-{id}-{}", SECRETS[0])})
+                };
+                (format!("{id}:default"), p)
             })
             .collect();
         std::fs::write(
@@ -564,19 +759,28 @@ impl Chain {
             json!({"version": 1, "profiles": profiles}).to_string(),
         )
         .unwrap();
+        let model = |api: &str| {
+            if api == "bedrock-converse-stream" {
+                BEDROCK_MODEL
+            } else {
+                "m"
+            }
+        };
         let mut config = format!(
-            "agents:\n  defaults:\n    model:\n      primary: {}/m\n      fallbacks: [{}]\nmodels:\n  providers:\n",
+            "agents:\n  defaults:\n    model:\n      primary: {}/{}\n      fallbacks: [{}]\nmodels:\n  providers:\n",
             ups[0].0,
+            model(ups[0].1),
             ups[1..]
                 .iter()
-                .map(|(id, _, _)| format!("{id}/m"))
+                .map(|(id, api, _)| format!("\"{id}/{}\"", model(api)))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        for (id, api, mock) in &ups {
+        for (id, api, up) in &ups {
             config.push_str(&format!(
-                "    {id}:\n      baseUrl: \"{}\"\n      api: {api}\n      timeouts: {{ connectMs: 1000, firstByteMs: 3000, totalMs: 10000 }}\n      models: [m]\n",
-                base(mock, api)
+                "    {id}:\n      baseUrl: \"{}\"\n      api: {api}\n      timeouts: {{ connectMs: 1000, firstByteMs: 3000, totalMs: 10000 }}\n      models: [\"{}\"]\n",
+                up.url(api),
+                model(api),
             ));
         }
         std::fs::write(dir.join("gateway.yaml"), config).unwrap();
@@ -603,12 +807,27 @@ impl Chain {
     }
 
     fn mock(&self, id: &str) -> &Mock {
-        &self.ups.iter().find(|u| u.0 == id).unwrap().2
+        match &self.ups.iter().find(|u| u.0 == id).unwrap().2 {
+            Up::Mock(m) => m,
+            Up::Bedrock(_) => panic!("{id} is the Bedrock fake"),
+        }
+    }
+
+    fn bedrock(&self) -> &BedrockFake {
+        self.ups
+            .iter()
+            .find_map(|u| match &u.2 {
+                Up::Bedrock(b) => Some(b),
+                Up::Mock(_) => None,
+            })
+            .unwrap()
     }
 
     async fn post(&self, path: &str, body: Value) -> Resp {
         let url = format!("http://{}{path}", self.running.as_ref().unwrap().addr);
-        Resp::from(self.http.post(url).json(&body).send().await.unwrap()).await
+        let r = Resp::from(self.http.post(url).json(&body).send().await.unwrap()).await;
+        assert!(!r.text.contains(AWS_SECRET), "{}", r.text);
+        r
     }
 
     async fn stop(mut self) {
@@ -619,21 +838,37 @@ impl Chain {
     }
 }
 
+/// The Bedrock model of the tests (its `:` goes as `%3A` in the path).
+const BEDROCK_MODEL: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
+
+/// What a chain's upstreams answer: each family's failure in its own
+/// shape, by provider id.
+enum Failure {
+    Http(Reply),
+    Bedrock(BedrockReply),
+}
+
 /// Every family's failure in its own shape, then Anthropic answers; the
 /// client, in each of its three protocols, gets its own protocol back.
-async fn cross_family_chain(family: &[(&'static str, &'static str)], failures: &[(&str, Reply)]) {
+async fn cross_family_chain(family: &[(&'static str, &'static str)], failures: &[(&str, Failure)]) {
     for client in ["/v1/chat/completions", "/v1/messages", "/v1/responses"] {
-        let chain = Chain::start("chain", family).await;
-        for (id, reply) in failures {
-            chain.mock(id).push(reply.clone());
+        let chain = Chain::start("chain", family, AWS_SECRET).await;
+        for (id, f) in failures {
+            match f {
+                Failure::Http(reply) => {
+                    chain.mock(id).push(reply.clone());
+                }
+                Failure::Bedrock(reply) => chain.bedrock().push(reply.clone()),
+            }
         }
         chain
             .mock("anthropic")
             .push(ok_anthropic("from the last resort"));
+        let first = format!("{}/m", family[0].0);
         let body = match client {
-            "/v1/chat/completions" => chat("openai/m"),
-            "/v1/messages" => msg("openai/m"),
-            _ => json!({"model": "openai/m", "input": "hi"}),
+            "/v1/chat/completions" => chat(&first),
+            "/v1/messages" => msg(&first),
+            _ => json!({"model": first, "input": "hi"}),
         };
         let r = chain.post(client, body).await;
         assert_eq!(r.status, 200, "{client}: {}", r.text);
@@ -650,16 +885,28 @@ async fn cross_family_chain(family: &[(&'static str, &'static str)], failures: &
             Some(family.len().to_string())
         );
         // Each upstream was asked once, in its own protocol's path.
-        for (id, api, mock) in &chain.ups {
-            let seen = mock.seen();
-            assert_eq!(seen.len(), 1, "{id}");
+        for (id, api, up) in &chain.ups {
+            let paths = up.paths();
+            assert_eq!(paths.len(), 1, "{id}: {paths:?}");
             let expect = match *api {
                 "openai-responses" => "/v1/responses",
                 "google-generative-ai" => "/v1beta/models/m:generateContent",
-                "bedrock-converse-stream" => "/model/m/converse",
+                "bedrock-converse-stream" => {
+                    "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse"
+                }
                 _ => "/v1/messages",
             };
-            assert_eq!(seen[0].path, expect, "{id}");
+            assert_eq!(paths[0], expect, "{id}");
+        }
+        if family.iter().any(|f| f.1 == "bedrock-converse-stream") {
+            assert_eq!(
+                chain
+                    .bedrock()
+                    .refused
+                    .load(std::sync::atomic::Ordering::SeqCst),
+                0,
+                "the signature was checked and accepted"
+            );
         }
         eprintln!(
             "cross-family chain, {client} client: {} → answered by {}, {} attempts",
@@ -675,32 +922,45 @@ async fn cross_family_chain(family: &[(&'static str, &'static str)], failures: &
     }
 }
 
-// Issue 33 "Tests": a chain that falls back across the protocol families
-// in one run — OpenAI Responses (429), Gemini (503 UNAVAILABLE), then
-// Anthropic answers — with the client's protocol preserved, for each of
-// the three client protocols.
+// Issue 33 "Tests": a chain that falls back across all four protocol
+// families in one run — OpenAI Responses (429), Gemini (503 UNAVAILABLE),
+// Bedrock (ThrottlingException, the request SigV4-signed and checked),
+// then Anthropic answers — with the client's protocol preserved, for each
+// of the three client protocols.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chain_falls_back_across_protocol_families() {
     cross_family_chain(
         &[
             ("openai", "openai-responses"),
             ("gemini", "google-generative-ai"),
+            ("bedrock", "bedrock-converse-stream"),
             ("anthropic", "anthropic-messages"),
         ],
         &[
             (
                 "openai",
-                error(
+                Failure::Http(error(
                     429,
                     r#"{"error":{"message":"Rate limit reached for gpt-5.2 in organization org-x on requests per min (RPM): Limit 500, Used 500, Requested 1.","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#,
-                ),
+                )),
             ),
             (
                 "gemini",
-                error(
+                Failure::Http(error(
                     503,
                     r#"{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}"#,
-                ),
+                )),
+            ),
+            (
+                "bedrock",
+                Failure::Bedrock(BedrockReply::Json(
+                    429,
+                    vec![(
+                        "x-amzn-ErrorType".into(),
+                        "ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/".into(),
+                    )],
+                    r#"{"message":"Too many requests, please wait before trying again."}"#.into(),
+                )),
             ),
         ],
     )
@@ -790,4 +1050,98 @@ async fn a_bedrock_upstream_with_an_api_key() {
     let attempts = v["error"]["failover"]["attempts"].as_array().unwrap();
     assert_eq!(attempts[0]["reason"], "rate_limit", "{v}");
     gw.stop().await;
+}
+
+// Issue 33: a `bedrock-converse-stream` upstream with an `aws` profile:
+// each request SigV4-signed (the fake checks it with an independent
+// verifier), Converse whole and ConverseStream's event-stream frames
+// streamed; an exception frame before the first token fails over; a
+// profile with the wrong secret is refused by the fake (403
+// InvalidSignatureException), classified, and the chain moves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bedrock_upstream_signs_and_streams() {
+    let family = [
+        ("bedrock", "bedrock-converse-stream"),
+        ("anthropic", "anthropic-messages"),
+    ];
+    let chain = Chain::start("bedrock-sigv4", &family, AWS_SECRET).await;
+    let b = chain.bedrock();
+    b.push(BedrockReply::Json(
+        200,
+        vec![],
+        json!({"output": {"message": {"role": "assistant", "content": [
+                {"text": "Checking. "},
+                {"toolUse": {"toolUseId": "tooluse_1", "name": "lookup", "input": {"query": "status"}}}]}},
+            "stopReason": "tool_use", "usage": {"inputTokens": 20, "outputTokens": 9, "totalTokens": 29},
+            "metrics": {"latencyMs": 812}})
+        .to_string(),
+    ));
+    let model = format!("bedrock/{BEDROCK_MODEL}");
+    let r = chain.post("/v1/messages", msg(&model)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["stop_reason"], "tool_use");
+    assert_eq!(v["content"][1]["input"], json!({"query": "status"}));
+    assert_eq!(v["usage"], json!({"input_tokens": 20, "output_tokens": 9}));
+    // Streamed: frames with Bedrock's padding field, to an OpenAI client.
+    b.push(BedrockReply::Frames(converse_frames(&["Hel", "lo"])));
+    let mut body = chat(&model);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let r = chain.post("/v1/chat/completions", body.clone()).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let chunks = sse_data(&r.text);
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "Hello");
+    assert!(
+        chunks.iter().any(|c| c["usage"]["total_tokens"] == 29),
+        "{}",
+        r.text
+    );
+    assert!(r.text.trim_end().ends_with("data: [DONE]"));
+    let seen = b.seen();
+    assert_eq!(
+        seen[1].0,
+        "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse-stream"
+    );
+    assert_eq!(b.refused.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // An exception frame first: a failure like any other, before the
+    // client has a byte; the fallback answers.
+    b.push(BedrockReply::Frames(vec![
+        failover_testkit::aws::encode_event("messageStart", br#"{"role":"assistant"}"#),
+        failover_testkit::aws::encode_exception(
+            "serviceUnavailableException",
+            br#"{"message":"Bedrock is unable to process your request."}"#,
+        ),
+    ]));
+    chain.mock("anthropic").push(Reply::Sse(
+        anthropic_events(&["from ", "anthropic"], true),
+        Tail::End,
+    ));
+    let r = chain.post("/v1/chat/completions", body).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.header("x-failover-model").as_deref(), Some("anthropic/m"));
+    assert!(r.text.contains("anthropic"), "{}", r.text);
+    chain.stop().await;
+
+    // The wrong secret: AWS's 403, classified from the exception's name;
+    // the chain moves on.
+    let chain = Chain::start("bedrock-badsig", &family, "not-the-secret").await;
+    chain
+        .mock("anthropic")
+        .push(ok_anthropic("after the refusal"));
+    let r = chain.post("/v1/messages", msg(&model)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["content"][0]["text"], "after the refusal");
+    assert_eq!(
+        chain
+            .bedrock()
+            .refused
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    chain.stop().await;
 }
