@@ -1,10 +1,52 @@
-//! Server-sent events (`text/event-stream`): the upstream's byte stream,
-//! split into events. A leaf: `upstream` reads with it, `stream` relays.
+//! Server-sent events (`text/event-stream`): the [`Event`] every protocol's
+//! stream is read into, and the upstream's byte stream split into events
+//! (or, for Bedrock, AWS event-stream frames read as events). Below the
+//! converters: `canonical` and `translate` use its `Event`, `upstream`
+//! reads with it, `stream` relays.
 
 use serde_json::Value;
 
 use super::protocol::Protocol;
-use super::translate::Event;
+
+/// One server-sent event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Event {
+    pub event: Option<String>,
+    pub data: String,
+}
+
+impl Event {
+    pub(crate) fn data(data: impl Into<String>) -> Self {
+        Event {
+            event: None,
+            data: data.into(),
+        }
+    }
+
+    pub(crate) fn named(event: &str, data: &Value) -> Self {
+        Event {
+            event: Some(event.into()),
+            data: data.to_string(),
+        }
+    }
+
+    /// The wire form (`event: …\ndata: …\n\n`).
+    pub(crate) fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Some(e) = &self.event {
+            out.push_str("event: ");
+            out.push_str(e);
+            out.push('\n');
+        }
+        for line in self.data.split('\n') {
+            out.push_str("data: ");
+            out.push_str(line);
+            out.push('\n');
+        }
+        out.push('\n');
+        out
+    }
+}
 
 /// One event may not grow past this without its blank line: a stream that
 /// never ends an event is a broken upstream, not memory to spend.

@@ -33,6 +33,7 @@ use serde_json::{Map, Value};
 
 use super::canonical::{self, anthropic, bedrock, gemini, openai_chat, responses, StreamEvent};
 use super::protocol::Protocol;
+pub(crate) use super::sse::Event;
 
 /// Why a request cannot go to an upstream of the other protocol.
 pub(crate) type Untranslatable = String;
@@ -171,46 +172,6 @@ pub(crate) fn response(from: Protocol, to: Protocol, v: Value) -> Value {
         return v;
     }
     render_response(to, &parse_response(from, &v))
-}
-
-/// One server-sent event.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Event {
-    pub event: Option<String>,
-    pub data: String,
-}
-
-impl Event {
-    pub(crate) fn data(data: impl Into<String>) -> Self {
-        Event {
-            event: None,
-            data: data.into(),
-        }
-    }
-
-    pub(crate) fn named(event: &str, data: &Value) -> Self {
-        Event {
-            event: Some(event.into()),
-            data: data.to_string(),
-        }
-    }
-
-    /// The wire form (`event: …\ndata: …\n\n`).
-    pub(crate) fn encode(&self) -> String {
-        let mut out = String::new();
-        if let Some(e) = &self.event {
-            out.push_str("event: ");
-            out.push_str(e);
-            out.push('\n');
-        }
-        for line in self.data.split('\n') {
-            out.push_str("data: ");
-            out.push_str(line);
-            out.push('\n');
-        }
-        out.push('\n');
-        out
-    }
 }
 
 /// Upstream events → canonical events, per protocol.

@@ -10,7 +10,7 @@ use super::{
     no_equivalent, opt, str_of, Image, Message, Part, Refusal, Request, Response, Role, StopReason,
     StreamEvent, Tool, ToolChoice, Usage,
 };
-use crate::translate::Event;
+use crate::sse::Event;
 
 /// The protocol's name in refusals.
 pub(crate) const NAME: &str = "Amazon Bedrock Converse";

@@ -9,7 +9,7 @@ use super::{
     no_equivalent, now_secs, opt, prefixed, str_of, Image, Message, Part, Refusal, Request,
     Response, Role, StopReason, StreamEvent, Tool, ToolChoice, Usage,
 };
-use crate::translate::Event;
+use crate::sse::Event;
 
 /// The protocol's name in refusals.
 pub(crate) const NAME: &str = "OpenAI Chat Completions";

@@ -9,7 +9,7 @@ use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Number, Value};
 
 use super::*;
-use crate::translate::Event;
+use crate::sse::Event;
 
 /// Cases per test (each test prints how many ran).
 const CASES: u32 = 512;
