@@ -63,6 +63,10 @@ pub(crate) struct Continued {
 
 /// Whether an answer to this request can be continued at all.
 pub(crate) fn request_continuable(req: &ClientRequest) -> bool {
+    // A Responses client's stream is not spliced yet (docs/protocols.md).
+    if req.protocol == Protocol::Responses {
+        return false;
+    }
     let b = &req.body;
     let n = b.get("n").and_then(Value::as_u64).unwrap_or(1);
     let structured = b
@@ -108,9 +112,25 @@ fn prefill_body(
     model: &str,
     delivered: &str,
 ) -> Result<Vec<u8>, String> {
+    let spent = (delivered.len() / 4) as u64;
+    // Chat Completions and Messages bodies take the message as it is;
+    // the others get it through the canonical form.
+    if !matches!(up, Protocol::OpenAi | Protocol::Anthropic) {
+        // Through the canonical form: the delivered text is an assistant
+        // message in any protocol.
+        use super::canonical::{Message, Part, Role};
+        let mut c = super::translate::parse_request(req.protocol, &req.body)
+            .map_err(|e| e.replace("{to}", up.api().name()))?;
+        c.max_tokens = c.max_tokens.map(|n| n.saturating_sub(spent).max(1));
+        c.messages.push(Message {
+            role: Role::Assistant,
+            content: vec![Part::Text(prefill_text(delivered).to_string())],
+        });
+        let body = super::translate::render_request(up, &c, model)?;
+        return Ok(serde_json::to_vec(&body).unwrap_or_default());
+    }
     let mut body: Map<String, Value> =
         super::translate::request(req.protocol, up, &req.body, model)?;
-    let spent = (delivered.len() / 4) as u64;
     for k in ["max_tokens", "max_completion_tokens"] {
         if let Some(n) = body.get(k).and_then(Value::as_u64) {
             body.insert(k.into(), json!(n.saturating_sub(spent).max(1)));
@@ -209,6 +229,7 @@ impl Continuer {
                 } else {
                     Vec::new()
                 },
+                model: &attempt.model,
                 stream: true,
                 metrics: &self.gw.metrics,
                 now_ms: self.runner.now_ms(),

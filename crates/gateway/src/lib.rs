@@ -45,6 +45,8 @@
 
 #![deny(missing_docs)]
 
+mod aws;
+mod canonical;
 mod check;
 pub mod errors;
 mod log;
@@ -287,6 +289,10 @@ impl Gateway {
                 post(messages).fallback(only(Protocol::Anthropic, "POST")),
             )
             .route(
+                "/v1/responses",
+                post(responses).fallback(only(Protocol::Responses, "POST")),
+            )
+            .route(
                 "/v1/models",
                 get(models).fallback(only(Protocol::OpenAi, "GET")),
             )
@@ -317,10 +323,14 @@ async fn messages(State(gw): Gw, headers: HeaderMap, body: Body) -> Response {
     handle(gw, Protocol::Anthropic, headers, body).await
 }
 
+async fn responses(State(gw): Gw, headers: HeaderMap, body: Body) -> Response {
+    handle(gw, Protocol::Responses, headers, body).await
+}
+
 async fn not_found() -> Response {
     error_response(
         Protocol::OpenAi,
-        &ClientError::new(404, "no such endpoint: the gateway serves /v1/chat/completions, /v1/messages, /v1/models, /healthz, /readyz, /metrics"),
+        &ClientError::new(404, "no such endpoint: the gateway serves /v1/chat/completions, /v1/messages, /v1/responses, /v1/models, /healthz, /readyz, /metrics"),
     )
 }
 
@@ -780,6 +790,7 @@ async fn run(
                     } else {
                         Vec::new()
                     },
+                    model: &attempt.model,
                     stream: req.stream,
                     metrics: &gw.metrics,
                     now_ms: runner.now_ms(),

@@ -1,5 +1,8 @@
-//! The two client protocols: what a request must look like, and the shape
+//! The client protocols: what a request must look like, and the shape
 //! of an error in each.
+//!
+//! `POST /v1/responses` (OpenAI Responses) answers errors in OpenAI's
+//! shape, as OpenAI's own Responses endpoint does.
 //!
 //! Requests are kept as JSON objects (a same-protocol upstream gets the
 //! client's body with only `model` replaced, so fields this gateway does
@@ -23,6 +26,12 @@ pub(crate) enum Protocol {
     OpenAi,
     /// `POST /v1/messages`.
     Anthropic,
+    /// `POST /v1/responses` (OpenAI Responses).
+    Responses,
+    /// Google Gemini's `generateContent`: an upstream protocol only.
+    Gemini,
+    /// Amazon Bedrock's Converse: an upstream protocol only.
+    Bedrock,
 }
 
 impl Protocol {
@@ -30,6 +39,9 @@ impl Protocol {
         match self {
             Protocol::OpenAi => "openai",
             Protocol::Anthropic => "anthropic",
+            Protocol::Responses => "responses",
+            Protocol::Gemini => "gemini",
+            Protocol::Bedrock => "bedrock",
         }
     }
 
@@ -38,6 +50,9 @@ impl Protocol {
         match self {
             Protocol::OpenAi => Api::OpenAiCompletions,
             Protocol::Anthropic => Api::AnthropicMessages,
+            Protocol::Responses => Api::OpenAiResponses,
+            Protocol::Gemini => Api::GoogleGenerativeAi,
+            Protocol::Bedrock => Api::BedrockConverseStream,
         }
     }
 }
@@ -109,20 +124,22 @@ impl ClientError {
             .clone()
             .unwrap_or_else(|| default_type(protocol, self.status).to_string());
         let mut err = match protocol {
-            Protocol::OpenAi => json!({
-                "message": self.message,
-                "type": ty,
-                "param": null,
-                "code": self.code,
-            }),
+            Protocol::OpenAi | Protocol::Responses | Protocol::Gemini | Protocol::Bedrock => {
+                json!({
+                    "message": self.message,
+                    "type": ty,
+                    "param": null,
+                    "code": self.code,
+                })
+            }
             Protocol::Anthropic => json!({ "type": ty, "message": self.message }),
         };
         if let (Some(d), Some(o)) = (&self.detail, err.as_object_mut()) {
             o.insert("failover".into(), (**d).clone());
         }
         match protocol {
-            Protocol::OpenAi => json!({ "error": err }),
             Protocol::Anthropic => json!({ "type": "error", "error": err }),
+            _ => json!({ "error": err }),
         }
     }
 }
@@ -138,11 +155,11 @@ fn default_type(protocol: Protocol, status: u16) -> &'static str {
         (Protocol::Anthropic, 529 | 503) => "overloaded_error",
         (Protocol::Anthropic, 400..=499) => "invalid_request_error",
         (Protocol::Anthropic, _) => "api_error",
-        (Protocol::OpenAi, 401) => "authentication_error",
-        (Protocol::OpenAi, 404) => "not_found_error",
-        (Protocol::OpenAi, 429) => "rate_limit_error",
-        (Protocol::OpenAi, 400..=499) => "invalid_request_error",
-        (Protocol::OpenAi, _) => "server_error",
+        (_, 401) => "authentication_error",
+        (_, 404) => "not_found_error",
+        (_, 429) => "rate_limit_error",
+        (_, 400..=499) => "invalid_request_error",
+        (_, _) => "server_error",
     }
 }
 
@@ -212,6 +229,9 @@ pub(crate) fn parse_request(
         Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
         _ => return Err(c.wrong("model", "a model name string")),
     };
+    if !matches!(protocol, Protocol::OpenAi | Protocol::Anthropic) {
+        return parse_responses(body, model);
+    }
     let messages = match body.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,
         Some(Value::Array(_)) => {
@@ -257,6 +277,7 @@ pub(crate) fn parse_request(
             })?;
             c.opt("stream_options", "an object", Value::is_object)?;
         }
+        Protocol::Responses | Protocol::Gemini | Protocol::Bedrock => {}
         Protocol::Anthropic => {
             if !body.get("max_tokens").is_some_and(Value::is_u64) {
                 return Err(c.wrong("max_tokens", "a whole number"));
@@ -272,6 +293,44 @@ pub(crate) fn parse_request(
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     Ok(ClientRequest {
         protocol,
+        body,
+        model,
+        stream,
+    })
+}
+
+/// The checks of a `POST /v1/responses` body: `input` is a string or a
+/// non-empty list of items (objects), the rest as for chat completions.
+fn parse_responses(body: Map<String, Value>, model: String) -> Result<ClientRequest, ClientError> {
+    let c = Check { body: &body };
+    match body.get("input") {
+        Some(Value::String(_)) => {}
+        Some(Value::Array(a)) if !a.is_empty() => {
+            for (i, item) in a.iter().enumerate() {
+                if !item.is_object() {
+                    return Err(ClientError::bad_request(format!(
+                        "`input[{i}]`: expected an object, found {}",
+                        kind(item)
+                    )));
+                }
+            }
+        }
+        Some(Value::Array(_)) => {
+            return Err(ClientError::bad_request(
+                "`input`: at least one input item is required",
+            ))
+        }
+        _ => return Err(c.wrong("input", "a string or an array of input items")),
+    }
+    c.opt("instructions", "a string", Value::is_string)?;
+    c.opt("stream", "true or false", Value::is_boolean)?;
+    c.opt("temperature", "a number", Value::is_number)?;
+    c.opt("top_p", "a number", Value::is_number)?;
+    c.opt("tools", "an array of tools", Value::is_array)?;
+    c.opt("max_output_tokens", "a whole number", Value::is_u64)?;
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    Ok(ClientRequest {
+        protocol: Protocol::Responses,
         body,
         model,
         stream,

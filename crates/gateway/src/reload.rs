@@ -270,7 +270,7 @@ fn missing_credentials(
         let Some(u) = ups.providers.get(&p) else {
             continue;
         };
-        if !u.keyless && u.env_key.is_none() && !with_profiles.contains(&p) {
+        if !u.keyless && u.env_key.is_none() && u.env_aws.is_none() && !with_profiles.contains(&p) {
             out.insert(p);
         }
     }
@@ -323,10 +323,22 @@ pub(crate) fn build(
         .providers
         .values()
         .filter_map(|u| {
-            u.env_key.as_ref().map(|k| {
+            let id = format!("{}:default", u.id);
+            if let Some(k) = &u.env_key {
+                return Some((id, Profile::api_key(&u.id, k.expose())));
+            }
+            // The AWS environment's keys: an `aws` profile in memory (its
+            // secrets reach the redactor as a stored profile's do).
+            u.env_aws.as_ref().map(|c| {
                 (
-                    format!("{}:default", u.id),
-                    Profile::api_key(&u.id, k.expose()),
+                    id,
+                    Profile::aws(
+                        &u.id,
+                        &c.access_key_id,
+                        &c.secret_access_key,
+                        c.session_token.as_deref(),
+                        None,
+                    ),
                 )
             })
         })

@@ -144,6 +144,9 @@ impl Ledger {
                 Some("message_delta") | Some("message_stop") => self.finished = true,
                 _ => {}
             },
+            // Responses clients' answers are not continued
+            // (`continuation::request_continuable`).
+            Protocol::Responses | Protocol::Gemini | Protocol::Bedrock => self.only_text = false,
         }
     }
 }
@@ -318,8 +321,8 @@ impl Splice {
             return Ok(vec![e]);
         };
         match self.client {
-            Protocol::OpenAi => self.push_openai(v),
             Protocol::Anthropic => self.push_anthropic(e.event, v),
+            _ => self.push_openai(v),
         }
     }
 

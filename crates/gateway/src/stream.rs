@@ -44,13 +44,26 @@ use super::continuation::Continuer;
 use super::metrics::Metrics;
 use super::protocol::{upstream_message, Protocol};
 use super::splice::{Ledger, Mismatch, Splice};
-use super::sse::{error_event_status, is_error_event, is_malformed, SseParser, MALFORMED_EVENT};
+use super::sse::{error_event_failure, is_error_event, is_malformed, MALFORMED_EVENT};
 use super::translate::{Event, StreamTranslator};
 use super::upstream::{BodyStream, Started};
 
 fn is_terminal(upstream: Protocol, e: &Event) -> bool {
     match upstream {
         Protocol::OpenAi => e.data.trim() == "[DONE]",
+        Protocol::Responses => {
+            matches!(
+                e.event.as_deref(),
+                Some("response.completed" | "response.incomplete")
+            ) || (e.event.is_none()
+                && (e.data.contains("\"response.completed\"")
+                    || e.data.contains("\"response.incomplete\"")))
+        }
+        // Gemini has no end marker: its last chunk carries the finish
+        // (`Source::complete`), and the end of the body ends it.
+        Protocol::Gemini => false,
+        // Bedrock's `metadata` (usage) comes last, after `messageStop`.
+        Protocol::Bedrock => e.event.as_deref() == Some("metadata"),
         Protocol::Anthropic => {
             e.event.as_deref() == Some("message_stop")
                 || (e.event.is_none() && e.data.contains("\"message_stop\""))
@@ -68,6 +81,14 @@ pub(crate) fn client_error_event(client: Protocol, message: &str) -> Event {
         Protocol::Anthropic => Event::named(
             "error",
             &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+        ),
+        // The documented `error` event, with the error also as an object
+        // so that the OpenAI SDKs raise it (docs/protocols.md).
+        Protocol::Responses | Protocol::Gemini | Protocol::Bedrock => Event::named(
+            "error",
+            &json!({"type": "error", "code": "server_error", "message": message, "param": null,
+                    "sequence_number": 0,
+                    "error": {"type": "server_error", "code": "server_error", "message": message}}),
         ),
     }
 }
@@ -190,7 +211,7 @@ impl Finish {
 /// The upstream stream being relayed.
 pub(crate) struct Source {
     body: BodyStream,
-    parser: SseParser,
+    parser: super::sse::Framing,
     pending: VecDeque<Event>,
     translator: StreamTranslator,
     upstream: Protocol,
@@ -198,6 +219,8 @@ pub(crate) struct Source {
     deadline: tokio::time::Instant,
     started: Instant,
     finish: Finish,
+    /// Gemini: the chunk with the finish came.
+    last_chunk: bool,
     /// The upstream was asked for a usage chunk.
     usage_asked: bool,
     client_wants_usage: bool,
@@ -222,10 +245,11 @@ impl Source {
             deadline: tokio::time::Instant::from_std(s.started) + total,
             started: s.started,
             finish: Finish::default(),
+            last_chunk: false,
             // The gateway asks an OpenAI upstream for usage whenever it
-            // translates for an Anthropic client (`translate`).
+            // translates for another protocol's client (`translate`).
             usage_asked: upstream == Protocol::OpenAi
-                && (client_wants_usage || client == Protocol::Anthropic),
+                && (client_wants_usage || client != Protocol::OpenAi),
             client_wants_usage,
         }
     }
@@ -233,7 +257,11 @@ impl Source {
     /// The answer is complete by the protocol's own markers but the body
     /// has not ended (OpenAI: every choice finished).
     fn complete(&self) -> bool {
-        self.upstream == Protocol::OpenAi && self.finish.complete()
+        match self.upstream {
+            Protocol::OpenAi => self.finish.complete(),
+            Protocol::Gemini | Protocol::Bedrock => self.last_chunk,
+            _ => false,
+        }
     }
 }
 
@@ -443,9 +471,14 @@ impl Relay {
                     return Some(self.cut(ProviderFailure::message(MALFORMED_EVENT)).await);
                 }
                 if is_error_event(&e) {
-                    let mut failure = ProviderFailure::default().with_body(e.data.clone());
-                    failure.status = error_event_status(&e);
-                    return Some(self.cut(failure).await);
+                    return Some(self.cut(error_event_failure(&e)).await);
+                }
+                if (self.src.upstream == Protocol::Gemini
+                    && crate::canonical::gemini::is_last_chunk(&e))
+                    || (self.src.upstream == Protocol::Bedrock
+                        && e.event.as_deref() == Some("messageStop"))
+                {
+                    self.src.last_chunk = true;
                 }
                 let terminal = is_terminal(self.src.upstream, &e);
                 if self.src.upstream == Protocol::OpenAi && !terminal {
@@ -555,6 +588,7 @@ fn encode(events: &[Event]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sse::error_event_status;
 
     // Issue 32 item 1: an OpenAI answer is complete when every choice
     // has its finish_reason, `[DONE]` or not.

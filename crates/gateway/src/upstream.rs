@@ -189,15 +189,18 @@ pub(crate) enum Answer {
 /// [`super::stream`] after the runner has settled the run.
 pub(crate) struct Started {
     pub body: BodyStream,
-    pub parser: SseParser,
+    pub parser: super::sse::Framing,
     pub first: Vec<Event>,
     pub started: Instant,
 }
 
 pub(crate) fn protocol_of(api: Api) -> Protocol {
     match api {
-        Api::OpenAiCompletions => Protocol::OpenAi,
+        Api::OpenAiCompletions | Api::AzureOpenAiCompletions => Protocol::OpenAi,
         Api::AnthropicMessages => Protocol::Anthropic,
+        Api::OpenAiResponses | Api::AzureOpenAiResponses => Protocol::Responses,
+        Api::GoogleGenerativeAi => Protocol::Gemini,
+        Api::BedrockConverseStream => Protocol::Bedrock,
     }
 }
 
@@ -304,10 +307,57 @@ fn body_failure(_: &hyper::Error) -> AttemptError {
     ))
 }
 
+/// The header an API key goes in, for an upstream protocol (`None`:
+/// `Authorization: Bearer`).
+fn key_header(api: Api) -> Option<HeaderName> {
+    match api {
+        Api::OpenAiCompletions | Api::OpenAiResponses | Api::BedrockConverseStream => None,
+        Api::AnthropicMessages => Some(HeaderName::from_static("x-api-key")),
+        Api::GoogleGenerativeAi => Some(HeaderName::from_static("x-goog-api-key")),
+        Api::AzureOpenAiResponses | Api::AzureOpenAiCompletions => {
+            Some(HeaderName::from_static("api-key"))
+        }
+    }
+}
+
+/// The AWS credentials and region of an `aws` profile; `None` for a
+/// profile of another kind (a Bedrock API key goes as Bearer).
+#[allow(clippy::type_complexity)]
+fn aws_credentials(
+    profile: &Profile,
+    id: &str,
+) -> Result<Option<(crate::aws::AwsCredentials, Option<String>)>, AttemptError> {
+    let Credential::Aws {
+        access_key_id,
+        secret_access_key,
+        session_token,
+        region,
+        ..
+    } = &profile.credential
+    else {
+        return Ok(None);
+    };
+    match (access_key_id, secret_access_key) {
+        (Some(a), Some(s)) => Ok(Some((
+            crate::aws::AwsCredentials {
+                access_key_id: a.expose().trim().to_string(),
+                secret_access_key: s.expose().trim().to_string(),
+                session_token: session_token
+                    .as_ref()
+                    .map(|t| t.expose().trim().to_string()),
+            },
+            region.clone(),
+        ))),
+        _ => Err(AttemptError::Skip(format!(
+            "profile `{id}` has no AWS access key the gateway can use (references are not resolved)"
+        ))),
+    }
+}
+
 /// The credential header of a profile for an upstream protocol.
 fn auth_headers(api: Api, profile: &Profile, id: &str) -> Result<HeaderMap, AttemptError> {
     let (secret, bearer) = match &profile.credential {
-        Credential::ApiKey { key: Some(k), .. } => (k, api == Api::OpenAiCompletions),
+        Credential::ApiKey { key: Some(k), .. } => (k, key_header(api).is_none()),
         Credential::OAuth {
             access: Some(a), ..
         } => (a, true),
@@ -330,11 +380,10 @@ fn auth_headers(api: Api, profile: &Profile, id: &str) -> Result<HeaderMap, Atte
     })?;
     value.set_sensitive(true);
     let mut h = HeaderMap::new();
-    if bearer {
-        h.insert(AUTHORIZATION, value);
-    } else {
-        h.insert(HeaderName::from_static("x-api-key"), value);
-    }
+    match key_header(api) {
+        Some(name) if !bearer => h.insert(name, value),
+        _ => h.insert(AUTHORIZATION, value),
+    };
     Ok(h)
 }
 
@@ -371,6 +420,8 @@ pub(crate) struct CallInput<'a> {
     /// `anthropic-version` / `anthropic-beta` of an Anthropic client, for
     /// an Anthropic upstream.
     pub anthropic_headers: Vec<(HeaderName, HeaderValue)>,
+    /// The model asked for (Gemini and Azure deployments put it in the URL).
+    pub model: &'a str,
     pub stream: bool,
     pub metrics: &'a Metrics,
     pub now_ms: u64,
@@ -387,7 +438,13 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
     // From the request, like the first byte's (issue 32).
     let first_token_deadline =
         tokio::time::Instant::now() + u.timeouts.first_token.min(u.timeouts.total);
+    // An `aws` profile signs the request (SigV4) once its headers are set.
+    let aws = match input.profile {
+        Some((id, p)) if u.api == Api::BedrockConverseStream => aws_credentials(p, id)?,
+        _ => None,
+    };
     let mut headers = match input.profile {
+        Some(_) if aws.is_some() => HeaderMap::new(),
         Some((id, p)) => auth_headers(u.api, p, id)?,
         None if u.keyless => HeaderMap::new(),
         // Issue 35: never a keyless call by accident. Nothing is sent; the
@@ -404,14 +461,42 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
             headers.insert(k, v);
         }
     }
+    let region = u.signing_region(aws.as_ref().and_then(|(_, r)| r.as_deref()));
+    let uri = u
+        .uri_in(input.model, input.stream, region)
+        .map_err(AttemptError::Skip)?;
+    if let Some((creds, _)) = &aws {
+        let region = region.ok_or_else(|| {
+            AttemptError::Skip(format!(
+                "no AWS region for `{}`: set `region` on the provider or the profile, or AWS_REGION",
+                u.id
+            ))
+        })?;
+        crate::aws::sign(
+            &Method::POST,
+            &uri,
+            &mut headers,
+            &input.body,
+            creds,
+            region,
+            "bedrock",
+            std::time::SystemTime::now(),
+        )
+        .map_err(|e| AttemptError::Skip(e.to_string()))?;
+        for h in ["authorization", "x-amz-security-token"] {
+            if let Some(v) = headers.get_mut(h) {
+                v.set_sensitive(true);
+            }
+        }
+    }
     let mut req = Request::new(Full::new(Bytes::from(input.body)));
     *req.method_mut() = Method::POST;
-    *req.uri_mut() = u.endpoint_uri().clone();
+    *req.uri_mut() = uri.clone();
     *req.headers_mut() = headers;
     let send = input.client.request(req);
     let resp = match tokio::time::timeout_at(first_deadline, send).await {
         Err(_) => return Err(timeout_failure("no first byte", u.timeouts.first_byte)),
-        Ok(Err(e)) => return Err(send_failure(&e, u.endpoint_uri())),
+        Ok(Err(e)) => return Err(send_failure(&e, &uri)),
         Ok(Ok(r)) => r,
     };
     let status = resp.status().as_u16();
@@ -424,11 +509,26 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
                 .map(|v| (n.to_string(), v.to_string()))
         })
         .collect();
+    // AWS names the exception in a header (`x-amzn-ErrorType:
+    // ThrottlingException:http://…`); the classifier gets the name as the
+    // error type.
+    let aws_error_type = resp
+        .headers()
+        .get("x-amzn-errortype")
+        .and_then(|v| v.to_str().ok())
+        .map(aws_error_name)
+        .filter(|n| !n.is_empty());
     let is_event_stream = resp
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
+        .is_some_and(|v| {
+            if u.api == Api::BedrockConverseStream {
+                v.starts_with("application/vnd.amazon.eventstream")
+            } else {
+                v.starts_with("text/event-stream")
+            }
+        });
     let mut body: BodyStream = Box::pin(BodyDataStream::new(resp.into_body()));
     if !(200..300).contains(&status) {
         input
@@ -450,12 +550,11 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
         input
             .metrics
             .upstream_latency(&u.id, started.elapsed().as_secs_f64());
-        return Err(AttemptError::Provider(ProviderFailure::from_http(
-            status,
-            retry_after,
-            &head,
-            input.now_ms,
-        )));
+        let mut failure = ProviderFailure::from_http(status, retry_after, &head, input.now_ms);
+        if let Some(t) = aws_error_type {
+            failure = failure.with_error_type(t);
+        }
+        return Err(AttemptError::Provider(failure));
     }
     if input.stream {
         if !is_event_stream {
@@ -466,7 +565,11 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
                 .with_status(status),
             ));
         }
-        let mut parser = SseParser::default();
+        let mut parser = if u.api == Api::BedrockConverseStream {
+            super::sse::Framing::Aws(crate::aws::EventStreamDecoder::new())
+        } else {
+            super::sse::Framing::Sse(SseParser::default())
+        };
         let proto = protocol_of(u.api);
         // The events read so far: held until the first content, so that
         // a stream whose content never comes fails over before the
@@ -522,9 +625,7 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
             // An error as the first event is a failure like any other:
             // nothing has reached the client yet, so the chain goes on.
             if let Some(err) = events.iter().find(|e| super::sse::is_error_event(e)) {
-                let mut failure = ProviderFailure::default().with_body(err.data.clone());
-                failure.status = super::sse::error_event_status(err);
-                return Err(AttemptError::Provider(failure));
+                return Err(AttemptError::Provider(super::sse::error_event_failure(err)));
             }
             let content = events.iter().any(|e| !super::sse::is_preamble(proto, e));
             first.extend(events);
@@ -589,6 +690,18 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
             ProviderFailure::message(NOT_AN_OBJECT).with_status(status),
         )),
     }
+}
+
+/// An AWS error name as smithy reads it: up to the first `:`, after any
+/// `#` (`ThrottlingException:http://…`, `aws#ValidationException`);
+/// bounded, letters and digits only.
+pub(crate) fn aws_error_name(raw: &str) -> String {
+    let name = raw.split(':').next().unwrap_or("");
+    let name = name.rsplit('#').next().unwrap_or(name).trim();
+    name.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(64)
+        .collect()
 }
 
 /// The failure of a 2xx whose body is not one JSON object.

@@ -60,6 +60,26 @@ pub enum Api {
     OpenAiCompletions,
     /// Anthropic Messages: `POST {baseUrl}/v1/messages`.
     AnthropicMessages,
+    /// OpenAI Responses: `POST {baseUrl}/responses`.
+    OpenAiResponses,
+    /// Google Gemini: `POST {baseUrl}/models/{model}:generateContent`,
+    /// `:streamGenerateContent?alt=sse` when streaming; `x-goog-api-key`.
+    GoogleGenerativeAi,
+    /// Azure OpenAI Responses: `POST {baseUrl}/responses` when `baseUrl`
+    /// ends in `/openai/v1`, else `{baseUrl}/openai/responses?api-version=V`;
+    /// `api-key`.
+    AzureOpenAiResponses,
+    /// Azure OpenAI chat deployments: `POST
+    /// {baseUrl}/openai/deployments/{model}/chat/completions?api-version=V`,
+    /// or `{baseUrl}/chat/completions` when `baseUrl` ends in `/openai/v1`;
+    /// `api-key`.
+    AzureOpenAiCompletions,
+    /// Amazon Bedrock Converse: `POST {baseUrl}/model/{model}/converse`,
+    /// `/converse-stream` when streaming; `baseUrl` defaults to
+    /// `https://bedrock-runtime.{region}.amazonaws.com`. Signed with SigV4
+    /// (an `aws` profile or the AWS environment), or a Bedrock API key as
+    /// Bearer.
+    BedrockConverseStream,
 }
 
 impl Api {
@@ -67,15 +87,37 @@ impl Api {
         match self {
             Api::OpenAiCompletions => "openai-completions",
             Api::AnthropicMessages => "anthropic-messages",
+            Api::OpenAiResponses => "openai-responses",
+            Api::GoogleGenerativeAi => "google-generative-ai",
+            Api::AzureOpenAiResponses => "azure-openai-responses",
+            Api::AzureOpenAiCompletions => "azure-openai-completions",
+            Api::BedrockConverseStream => "bedrock-converse-stream",
         }
     }
 
     fn from_name(s: &str) -> Option<Api> {
         match s {
-            "openai-completions" => Some(Api::OpenAiCompletions),
+            // Ollama's OpenAI-compatible API (`{host}/v1`).
+            "openai-completions" | "ollama" => Some(Api::OpenAiCompletions),
             "anthropic-messages" => Some(Api::AnthropicMessages),
+            "openai-responses" => Some(Api::OpenAiResponses),
+            "google-generative-ai" => Some(Api::GoogleGenerativeAi),
+            "azure-openai-responses" => Some(Api::AzureOpenAiResponses),
+            "azure-openai-completions" => Some(Api::AzureOpenAiCompletions),
+            "bedrock-converse-stream" => Some(Api::BedrockConverseStream),
             _ => None,
         }
+    }
+
+    /// Every `api` name, for messages.
+    const EXPECTED: &'static str = "expected `openai-completions`, `anthropic-messages`, `openai-responses`, `google-generative-ai`, `azure-openai-responses`, `azure-openai-completions`, `bedrock-converse-stream` or `ollama`";
+
+    /// Whether the Azure conventions apply (`api-key`, `api-version`).
+    pub fn is_azure(self) -> bool {
+        matches!(
+            self,
+            Api::AzureOpenAiResponses | Api::AzureOpenAiCompletions
+        )
     }
 }
 
@@ -160,7 +202,12 @@ impl Continuation {
     pub fn default_for(api: Api) -> Self {
         match api {
             Api::AnthropicMessages => Continuation::Prefill,
-            Api::OpenAiCompletions => Continuation::Restart,
+            Api::OpenAiCompletions
+            | Api::OpenAiResponses
+            | Api::GoogleGenerativeAi
+            | Api::AzureOpenAiResponses
+            | Api::AzureOpenAiCompletions
+            | Api::BedrockConverseStream => Continuation::Restart,
         }
     }
 }
@@ -199,6 +246,21 @@ pub struct Upstream {
     /// `models` as declared, with their context windows and continuation
     /// modes.
     pub model_info: Vec<ModelInfo>,
+    /// Azure's `api-version` (`apiVersion`, else `$AZURE_OPENAI_API_VERSION`
+    /// read at start, else the api's default), when the URL takes one.
+    pub api_version: Option<String>,
+    /// The AWS region (Bedrock): `region`, else the one in the
+    /// `bedrock-runtime.{region}.amazonaws.com` base URL, else
+    /// `$AWS_REGION` / `$AWS_DEFAULT_REGION` read at start.
+    pub region: Option<String>,
+    /// Bedrock without a `baseUrl`: the regional endpoint is built from
+    /// the region (an `aws` profile's own region first).
+    pub base_from_region: bool,
+    /// Bedrock: `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` /
+    /// `AWS_SESSION_TOKEN`, read at start; becomes the `<id>:default`
+    /// profile (kind `aws`) unless a key (`apiKey`,
+    /// `AWS_BEARER_TOKEN_BEDROCK`) is given.
+    pub(crate) env_aws: Option<crate::aws::AwsCredentials>,
     /// [`Upstream::endpoint`] parsed once, when the config is read: parsing
     /// a URL per request was about 10% of the gateway's own instructions
     /// (callgrind, benches/README.md "Gateway").
@@ -213,6 +275,7 @@ impl fmt::Debug for Upstream {
             .field("api", &self.api)
             .field("timeouts", &self.timeouts)
             .field("env_key", &self.env_key.as_ref().map(|_| "<redacted>"))
+            .field("env_aws", &self.env_aws)
             .finish_non_exhaustive()
     }
 }
@@ -221,7 +284,112 @@ impl Upstream {
     /// The endpoint URL (DESIGN: OpenAI's base URL ends in `/v1`,
     /// Anthropic's does not).
     pub fn endpoint(&self) -> String {
-        endpoint_of(&self.base_url, self.api)
+        endpoint_of(&self.base_url, self.api, self.api_version.as_deref())
+    }
+
+    /// Whether the URL names the model (Gemini; Azure's classic
+    /// deployment URLs), so that it is built per call.
+    fn per_model(&self) -> bool {
+        match self.api {
+            Api::GoogleGenerativeAi | Api::BedrockConverseStream => true,
+            Api::AzureOpenAiCompletions => !self.base_url.ends_with("/openai/v1"),
+            _ => false,
+        }
+    }
+
+    /// The URI of a call for `model`: [`Upstream::endpoint_uri`], or,
+    /// when the URL names the model, built for it (a model id with
+    /// characters a path segment cannot hold is refused, never encoded
+    /// into another path).
+    pub fn uri_for(&self, model: &str, stream: bool) -> Result<axum::http::Uri, String> {
+        self.uri_in(model, stream, None)
+    }
+
+    /// The AWS region a Bedrock call is signed for, given the profile's
+    /// own region: the profile's when the endpoint is built from the
+    /// region, else the provider's (`region`, the base URL's host, the
+    /// environment), else the profile's.
+    pub(crate) fn signing_region<'a>(&'a self, profile: Option<&'a str>) -> Option<&'a str> {
+        if self.base_from_region {
+            profile.or(self.region.as_deref())
+        } else {
+            self.region.as_deref().or(profile)
+        }
+    }
+
+    /// [`Upstream::uri_for`], in `region` when the endpoint is built from
+    /// the region (Bedrock without a `baseUrl`).
+    pub(crate) fn uri_in(
+        &self,
+        model: &str,
+        stream: bool,
+        region: Option<&str>,
+    ) -> Result<axum::http::Uri, String> {
+        if !self.per_model() {
+            return Ok(self.endpoint_uri.clone());
+        }
+        if self.api == Api::BedrockConverseStream {
+            // A Smithy label: every byte outside the unreserved set
+            // percent-encoded (`:` → `%3A`, `/` → `%2F`).
+            if model.is_empty() || model.len() > 2048 {
+                return Err("a Bedrock model id is 1 to 2048 bytes".into());
+            }
+            let mut label = String::with_capacity(model.len() * 3);
+            for b in model.bytes() {
+                if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                    label.push(b as char);
+                } else {
+                    label.push_str(&format!("%{b:02X}"));
+                }
+            }
+            let op = if stream {
+                "converse-stream"
+            } else {
+                "converse"
+            };
+            let base = match region {
+                Some(r) if self.base_from_region => {
+                    format!("https://bedrock-runtime.{r}.amazonaws.com")
+                }
+                _ => self.base_url.clone(),
+            };
+            let url = format!("{base}/model/{label}/{op}");
+            return axum::http::Uri::try_from(url).map_err(|e| format!("not a valid URL: {e}"));
+        }
+        let (prefix, id) = match model.split_once('/') {
+            Some((p @ ("models" | "tunedModels"), id)) if self.api == Api::GoogleGenerativeAi => {
+                (p, id)
+            }
+            _ => ("models", model),
+        };
+        let ok = !id.is_empty()
+            && id != "."
+            && id != ".."
+            && id.bytes().all(|b| {
+                b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'@')
+            });
+        if !ok {
+            return Err(format!(
+                "model id `{}` cannot be put in {}'s URL",
+                model.chars().take(80).collect::<String>(),
+                self.api.name()
+            ));
+        }
+        let url = match self.api {
+            Api::GoogleGenerativeAi if stream => format!(
+                "{}/{prefix}/{id}:streamGenerateContent?alt=sse",
+                self.base_url
+            ),
+            Api::GoogleGenerativeAi => format!("{}/{prefix}/{id}:generateContent", self.base_url),
+            _ => format!(
+                "{}/openai/deployments/{id}/chat/completions?api-version={}",
+                self.base_url,
+                self.api_version
+                    .as_deref()
+                    .unwrap_or(AZURE_CHAT_API_VERSION)
+            ),
+        };
+        axum::http::Uri::try_from(url).map_err(|e| format!("not a valid URL: {e}"))
     }
 
     /// How `model` continues a broken answer: as declared, else the
@@ -248,10 +416,45 @@ impl Upstream {
     }
 }
 
-fn endpoint_of(base_url: &str, api: Api) -> String {
+/// Azure's classic chat deployments' `api-version` when none is set (the
+/// last GA, `2024-10-21`).
+const AZURE_CHAT_API_VERSION: &str = "2024-10-21";
+/// Azure's classic Responses `api-version` when none is set (openclaw's
+/// default).
+const AZURE_RESPONSES_API_VERSION: &str = "preview";
+
+fn endpoint_of(base_url: &str, api: Api, api_version: Option<&str>) -> String {
+    let v1 = base_url.ends_with("/openai/v1");
+    let query = |default: &str| match (api_version, v1) {
+        (Some(v), _) => format!("?api-version={v}"),
+        (None, true) => String::new(),
+        (None, false) => format!("?api-version={default}"),
+    };
     match api {
         Api::OpenAiCompletions => format!("{base_url}/chat/completions"),
         Api::AnthropicMessages => format!("{base_url}/v1/messages"),
+        Api::OpenAiResponses => format!("{base_url}/responses"),
+        // The model is in the path: built per call (`uri_for`); this is
+        // the form the config check parses.
+        Api::GoogleGenerativeAi => format!("{base_url}/models/m:generateContent"),
+        Api::AzureOpenAiResponses if v1 => {
+            format!("{base_url}/responses{}", query(AZURE_RESPONSES_API_VERSION))
+        }
+        Api::AzureOpenAiResponses => format!(
+            "{base_url}/openai/responses{}",
+            query(AZURE_RESPONSES_API_VERSION)
+        ),
+        Api::AzureOpenAiCompletions if v1 => {
+            format!(
+                "{base_url}/chat/completions{}",
+                query(AZURE_CHAT_API_VERSION)
+            )
+        }
+        Api::AzureOpenAiCompletions => format!(
+            "{base_url}/openai/deployments/m/chat/completions{}",
+            query(AZURE_CHAT_API_VERSION)
+        ),
+        Api::BedrockConverseStream => format!("{base_url}/model/m/converse"),
     }
 }
 
@@ -575,6 +778,12 @@ fn provider(
             bad("baseUrl", "expected a URL string".into());
             None
         }
+        None if get(map, "api").and_then(Value::as_str).map(str::trim)
+            == Some("bedrock-converse-stream") =>
+        {
+            // Filled from the region below.
+            Some(String::new())
+        }
         None => {
             bad(
                 "baseUrl",
@@ -587,18 +796,12 @@ fn provider(
         Some(Some(s)) => match Api::from_name(s.trim()) {
             Some(a) => Some(a),
             None => {
-                bad(
-                    "api",
-                    "unknown api: expected `openai-completions` or `anthropic-messages`".into(),
-                );
+                bad("api", format!("unknown api: {}", Api::EXPECTED));
                 None
             }
         },
         _ => {
-            bad(
-                "api",
-                "missing: expected `openai-completions` or `anthropic-messages`".into(),
-            );
+            bad("api", format!("missing: {}", Api::EXPECTED));
             None
         }
     };
@@ -643,6 +846,32 @@ fn provider(
             "`auth: none` and `apiKey` together: a keyless provider sends no key".into(),
         );
     }
+    let api_version = match get(map, "apiVersion") {
+        None => env("AZURE_OPENAI_API_VERSION").filter(|v| is_api_version(v)),
+        Some(v) => match v.as_str().map(str::trim) {
+            Some(s) if is_api_version(s) => Some(s.to_string()),
+            _ => {
+                bad(
+                    "apiVersion",
+                    "expected an Azure api-version such as `2024-10-21`, `preview` or `v1`".into(),
+                );
+                None
+            }
+        },
+    };
+    let region = match get(map, "region") {
+        None => None,
+        Some(v) => match v.as_str().map(str::trim) {
+            Some(s) if is_region(s) => Some(s.to_string()),
+            _ => {
+                bad(
+                    "region",
+                    "expected an AWS region such as `us-east-1`".into(),
+                );
+                None
+            }
+        },
+    };
     let mut timeouts = Timeouts::DEFAULT;
     let (mut first_token, mut idle) = (None, None);
     if let Some(t) = get(map, "timeouts") {
@@ -769,10 +998,41 @@ fn provider(
             model_info.push(info);
         }
     }
-    let (base_url, api) = (base_url?, api?);
+    let (mut base_url, api) = (base_url?, api?);
+    // A Bedrock API key from the standard variable, read at start like
+    // `apiKey: "${VAR}"`.
+    if api == Api::BedrockConverseStream && env_key.is_none() && !keyless {
+        env_key = env("AWS_BEARER_TOKEN_BEDROCK")
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| Secret::new(v.trim()));
+    }
+    let api_version = api_version.filter(|_| api.is_azure());
+    let region = match api {
+        Api::BedrockConverseStream => region
+            .or_else(|| region_of_host(&base_url))
+            .or_else(|| env("AWS_REGION").filter(|r| is_region(r)))
+            .or_else(|| env("AWS_DEFAULT_REGION").filter(|r| is_region(r))),
+        _ => None,
+    };
+    let env_aws = (api == Api::BedrockConverseStream && env_key.is_none() && !keyless)
+        .then(|| crate::aws::AwsCredentials::from_env(env))
+        .flatten();
+    let base_from_region = base_url.is_empty();
+    if base_url.is_empty() {
+        match &region {
+            Some(r) => base_url = format!("https://bedrock-runtime.{r}.amazonaws.com"),
+            None => {
+                problems.push(UpstreamProblem {
+                    path: format!("{path}.baseUrl"),
+                    message: "missing: give `baseUrl`, or `region` (or set AWS_REGION) for Bedrock's regional endpoint".into(),
+                });
+                return None;
+            }
+        }
+    }
     // Read as a URL first (normalised: host case, percent-encoding), then
     // as the request URI the client sends.
-    let parsed = url::Url::parse(&endpoint_of(&base_url, api))
+    let parsed = url::Url::parse(&endpoint_of(&base_url, api, api_version.as_deref()))
         .map_err(|e| e.to_string())
         .and_then(|u| axum::http::Uri::try_from(u.as_str()).map_err(|e| e.to_string()));
     let endpoint_uri = match parsed {
@@ -795,8 +1055,38 @@ fn provider(
         keyless,
         models,
         model_info,
+        api_version,
+        region,
+        base_from_region,
+        env_aws,
         endpoint_uri,
     })
+}
+
+/// An AWS region name (`us-east-1`, `eu-central-2`, `us-gov-west-1`).
+fn is_region(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 32
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// The region of a `bedrock-runtime[-fips].{region}.amazonaws.com` URL.
+fn region_of_host(base_url: &str) -> Option<String> {
+    let host = base_url.split("://").nth(1)?.split(['/', ':']).next()?;
+    let rest = host
+        .strip_prefix("bedrock-runtime.")
+        .or_else(|| host.strip_prefix("bedrock-runtime-fips."))?;
+    let region = rest.strip_suffix(".amazonaws.com")?;
+    is_region(region).then(|| region.to_string())
+}
+
+/// An `api-version` value: letters, digits, `-`, `.` (it goes in a query).
+fn is_api_version(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 40
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
 }
 
 #[cfg(test)]
@@ -928,6 +1218,79 @@ mod tests {
                 "models.providers.b.models[0].continuation"
             ]
         );
+    }
+
+    // Issue 33: Bedrock's credentials and region come from the AWS
+    // environment, read at start (never the config); the endpoint is the
+    // region's when no `baseUrl` is given; a Bedrock API key wins.
+    #[test]
+    fn bedrock_reads_the_aws_environment() {
+        let aws_env = |name: &str| match name {
+            "AWS_ACCESS_KEY_ID" => Some("AKIAIOSFODNN7EXAMPLE".to_string()),
+            "AWS_SECRET_ACCESS_KEY" => Some("wJalrXUtnFEMI/K7MDENG+SECRET".to_string()),
+            "AWS_REGION" => Some("eu-west-1".to_string()),
+            _ => None,
+        };
+        let text = "models:\n  providers:\n    bedrock:\n      api: bedrock-converse-stream\n      models: ['us.anthropic.claude-sonnet-4-5-20250929-v1:0']\n";
+        let (u, _) = parse(text, &aws_env).unwrap();
+        let b = u.get("bedrock").unwrap();
+        assert_eq!(b.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(
+            b.base_url,
+            "https://bedrock-runtime.eu-west-1.amazonaws.com"
+        );
+        assert!(b.base_from_region);
+        let creds = b.env_aws.as_ref().unwrap();
+        assert_eq!(creds.access_key_id, "AKIAIOSFODNN7EXAMPLE");
+        assert!(!format!("{b:?}").contains("SECRET"));
+        assert_eq!(
+            b.uri_for("us.anthropic.claude-sonnet-4-5-20250929-v1:0", true)
+                .unwrap()
+                .to_string(),
+            "https://bedrock-runtime.eu-west-1.amazonaws.com/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse-stream"
+        );
+        // The profile's region moves a region-built endpoint.
+        assert_eq!(b.signing_region(Some("us-west-2")), Some("us-west-2"));
+        assert_eq!(
+            b.uri_in("m", false, Some("us-west-2")).unwrap().to_string(),
+            "https://bedrock-runtime.us-west-2.amazonaws.com/model/m/converse"
+        );
+        // A region on the provider, or in its host, wins over the
+        // environment; an explicit host keeps its region.
+        let explicit = text.replace(
+            "      api:",
+            "      baseUrl: https://bedrock-runtime.ap-south-1.amazonaws.com\n      api:",
+        );
+        let (u, _) = parse(&explicit, &aws_env).unwrap();
+        let b = u.get("bedrock").unwrap();
+        assert_eq!(b.region.as_deref(), Some("ap-south-1"));
+        assert_eq!(b.signing_region(Some("us-west-2")), Some("ap-south-1"));
+        let (u, _) = parse(
+            &text.replace("      api:", "      region: us-east-2\n      api:"),
+            &aws_env,
+        )
+        .unwrap();
+        assert_eq!(
+            u.get("bedrock").unwrap().region.as_deref(),
+            Some("us-east-2")
+        );
+        // A Bedrock API key: Bearer, no access key read.
+        let with_token = |name: &str| match name {
+            "AWS_BEARER_TOKEN_BEDROCK" => Some("bedrock-api-key-0123".to_string()),
+            other => aws_env(other),
+        };
+        let (u, _) = parse(text, &with_token).unwrap();
+        let b = u.get("bedrock").unwrap();
+        assert!(b.env_aws.is_none());
+        assert_eq!(b.env_key.as_ref().unwrap().expose(), "bedrock-api-key-0123");
+        // No region anywhere, no baseUrl: named.
+        let e = parse(text, &|_: &str| None).unwrap_err();
+        assert_eq!(e[0].path, "models.providers.bedrock.baseUrl");
+        assert!(parse(
+            &text.replace("      api:", "      region: 'us east'\n      api:"),
+            &aws_env
+        )
+        .is_err());
     }
 
     #[test]

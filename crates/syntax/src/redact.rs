@@ -12,6 +12,10 @@
 //! - [`redact`]: every credential-shaped token in a text (a known prefix
 //!   such as `sk-`, `Bearer …`, a `user:password@` URL, a long random
 //!   token) is masked as a stored secret is (`sk-…wxyz`), the rest kept;
+//!   so is the value of an AWS secret's name in any form AWS tools write
+//!   it ([`aws_secret_values`]: `aws_secret_access_key=…`,
+//!   `"secretAccessKey": "…"`, `X-Amz-Security-Token: …`, a SigV4
+//!   `Authorization`'s `Signature=…`);
 //! - [`scrub_quoted`] and [`scrub_serde_error`]: a YAML or JSON parser's
 //!   message about a file, without the value it quotes (`invalid value:
 //!   string "…"`), for config and state files;
@@ -194,6 +198,9 @@ pub const SECRET_PREFIXES: &[(&str, usize)] = &[
 /// (`https://user:pw@host`), or a long token that looks random
 /// ([`random_token`]). Tokens are the runs of `[A-Za-z0-9_.-]`.
 pub fn looks_like_secret(text: &str) -> bool {
+    if !aws_secret_values(text).is_empty() {
+        return true;
+    }
     let is_token = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
     let mut rest = text;
     while let Some(start) = rest.find(is_token) {
@@ -284,6 +291,22 @@ pub fn random_token(token: &str) -> bool {
 /// password of a `user:password@host` URL becomes `…`. Text with nothing
 /// of the kind is returned as it is; a masked text is left as it is.
 pub fn redact(text: &str) -> Cow<'_, str> {
+    // The values of AWS secrets' names first (an AWS secret access key is
+    // 40 characters of base64 with `/` and `+`, which split it into
+    // tokens too short to look random); then the rest, as for any text.
+    let named = aws_secret_values(text);
+    if !named.is_empty() {
+        let mut masked = String::with_capacity(text.len());
+        let mut last = 0;
+        for r in named {
+            masked.push_str(&text[last..r.start]);
+            masked.push('…');
+            last = r.end;
+        }
+        masked.push_str(&text[last..]);
+        // No value is left after a name: this recursion is one level deep.
+        return Cow::Owned(redact(&masked).into_owned());
+    }
     if !looks_like_secret(text) {
         return Cow::Borrowed(text);
     }
@@ -340,6 +363,90 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     }
     done.push_str(rest);
     Cow::Owned(done)
+}
+
+/// Names whose value is an AWS secret, by how their words (split as
+/// [`secret_key_name`] splits them) run together end:
+/// `aws_secret_access_key`, `AWS_SECRET_ACCESS_KEY`, `secretAccessKey`,
+/// `SecretAccessKey` (credentials files, the environment,
+/// `auth-profiles.json`, SDK dumps), `aws_session_token`, `sessionToken`,
+/// `X-Amz-Security-Token` (temporary credentials: the header and a
+/// presigned URL's parameter), `X-Amz-Signature` (a presigned URL's
+/// signature).
+pub const AWS_SECRET_NAMES: &[&str] = &[
+    "secretaccesskey",
+    "secretkey",
+    "sessiontoken",
+    "securitytoken",
+    "amzsignature",
+];
+
+/// The byte ranges of the values of AWS secrets in `text`: what follows a
+/// name of [`AWS_SECRET_NAMES`] (or `Signature` in a text holding an
+/// `AWS4-HMAC-SHA256` authorization) and `=` or `:`, with any quotes,
+/// backslashes (escaped JSON) and spaces around the separator, up to the
+/// first character outside base64, hex and percent-encoding
+/// (`[A-Za-z0-9+/=%._~-]`). A name with no value after it (`sessionToken`
+/// alone, or followed by `…`) has none.
+///
+/// `aws_secret_access_key = wJalr…KEY`, `"sessionToken": "IQoJ…"`,
+/// `X-Amz-Security-Token: IQoJ…`, `?X-Amz-Signature=abcd…&` and
+/// `AWS4-HMAC-SHA256 Credential=AKIA…/20250101/us-east-1/bedrock/aws4_request,
+/// SignedHeaders=host;x-amz-date, Signature=abcd…` each give the one range
+/// of the secret (the access key id of `Credential=` is not a secret; its
+/// `AKIA` prefix has [`redact`] mask it all the same).
+pub fn aws_secret_values(text: &str) -> Vec<std::ops::Range<usize>> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    if !b.iter().any(|c| matches!(c, b'=' | b':')) {
+        return out;
+    }
+    let sigv4 = b
+        .windows(16)
+        .any(|w| w.eq_ignore_ascii_case(b"aws4-hmac-sha256"));
+    let is_name = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.');
+    let is_value = |c: u8| {
+        c.is_ascii_alphanumeric()
+            || matches!(c, b'+' | b'/' | b'=' | b'%' | b'_' | b'-' | b'.' | b'~')
+    };
+    let is_around = |c: u8| matches!(c, b'"' | b'\'' | b'\\' | b' ' | b'\t');
+    let mut i = 0;
+    while i < b.len() {
+        if !is_name(b[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && is_name(b[i]) {
+            i += 1;
+        }
+        let joined = key_words(&text[start..i]).concat();
+        let secret_name = AWS_SECRET_NAMES.iter().any(|n| joined.ends_with(n))
+            || (sigv4 && joined == "signature");
+        if !secret_name {
+            continue;
+        }
+        let mut j = i;
+        while j < b.len() && is_around(b[j]) {
+            j += 1;
+        }
+        if j >= b.len() || !matches!(b[j], b'=' | b':') {
+            continue;
+        }
+        j += 1;
+        while j < b.len() && is_around(b[j]) {
+            j += 1;
+        }
+        let from = j;
+        while j < b.len() && is_value(b[j]) {
+            j += 1;
+        }
+        if j > from {
+            out.push(from..j);
+            i = j;
+        }
+    }
+    out
 }
 
 /// [`redact`] on every string of a JSON value, object keys included.
@@ -799,6 +906,101 @@ mod tests {
             ["oauth2", "access", "token"]
         );
         assert_eq!(key_words("x-api_key.v2"), ["x", "api", "key", "v2"]);
+    }
+
+    const AWS_SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
+
+    // Issue 33: AWS secrets in every form AWS tools write them are masked
+    // by `redact`, seen by `looks_like_secret`, and the lines that hold
+    // them are not quoted.
+    #[test]
+    fn aws_secrets_are_masked_in_every_form() {
+        let cases = [
+            (
+                "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+                "aws_secret_access_key=…",
+            ),
+            (
+                "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+                "aws_secret_access_key = …",
+            ),
+            (
+                "export AWS_SECRET_ACCESS_KEY='wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY'",
+                "export AWS_SECRET_ACCESS_KEY='…'",
+            ),
+            (
+                r#"{"type": "aws", "secretAccessKey": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "region": "us-west-2"}"#,
+                r#"{"type": "aws", "secretAccessKey": "…", "region": "us-west-2"}"#,
+            ),
+            (
+                r#"{\"SecretAccessKey\":\"wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY\"}"#,
+                r#"{\"SecretAccessKey\":\"…\"}"#,
+            ),
+            (
+                "aws_session_token=IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQD",
+                "aws_session_token=…",
+            ),
+            (
+                r#""sessionToken":"IQoJb3JpZ2luX2Vj+/EJr==""#,
+                r#""sessionToken":"…""#,
+            ),
+            (
+                "X-Amz-Security-Token: IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQD",
+                "X-Amz-Security-Token: …",
+            ),
+            (
+                "x-amz-security-token:FwoGZXIvYXdzEBYaD",
+                "x-amz-security-token:…",
+            ),
+            (
+                "Authorization: AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20150830/us-east-1/bedrock/aws4_request, SignedHeaders=content-type;host;x-amz-date, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+                "Authorization: AWS4-HMAC-SHA256 Credential=AKI…MPLE/20150830/us-east-1/bedrock/aws4_request, SignedHeaders=content-type;host;x-amz-date, Signature=…",
+            ),
+            (
+                "GET /x?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130721%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Security-Token=IQoJb3JpZ2luX2Vj%2F%2BEJr&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404 HTTP/1.1",
+                "GET /x?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKI…MPLE%2F20130721%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Security-Token=…&X-Amz-Signature=… HTTP/1.1",
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(redact(text), want, "{text}");
+            assert!(looks_like_secret(text), "{text}");
+            assert!(may_hold_secret(text), "{text}");
+            // Masked text stays as it is.
+            assert_eq!(redact(want), want, "{want}");
+            assert!(!redact(text).contains("EXAMPLEKEY"));
+        }
+        // Names without a value, and ordinary words, are left alone.
+        for text in [
+            "the session token expired",
+            "set sessionToken in auth-profiles.json",
+            "secretAccessKey: …",
+            "region: us-west-2",
+            "Signature=abc without a SigV4 header",
+            // Bedrock's own message for a bad signature keeps every word.
+            "InvalidSignatureException: The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method.",
+            "UnrecognizedClientException: The security token included in the request is invalid.",
+        ] {
+            assert_eq!(redact(text), text);
+            assert!(aws_secret_values(text).is_empty(), "{text}");
+        }
+        assert_eq!(aws_secret_values("a=1 secret_key: abc"), vec![16..19]);
+    }
+
+    // A stored AWS secret (with its `/` and `+`) is scrubbed by the
+    // redactor in the forms a provider or a proxy echoes it.
+    #[test]
+    fn stored_aws_secrets_are_scrubbed_when_encoded() {
+        let r = Redactor::new([AWS_SECRET]);
+        for text in [
+            "key wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY rejected",
+            r#"{"secret":"wJalrXUtnFEMI\/K7MDENG+bPxRfiCYEXAMPLEKEY"}"#,
+            "secret=wJalrXUtnFEMI%2FK7MDENG%2BbPxRfiCYEXAMPLEKEY",
+            "SECRET WJALRXUTNFEMI/K7MDENG+BPXRFICYEXAMPLEKEY",
+        ] {
+            let out = r.scrub(text);
+            assert!(out.contains("<redacted>"), "{text} → {out}");
+            assert!(!out.to_lowercase().contains("examplekey"), "{text} → {out}");
+        }
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Test support shared by the workspace's crates (a dev-dependency only):
-//! a real `redis-server` on a free loopback port ([`RedisServer`]) and fresh
-//! temporary directories ([`temp_root`]). It depends on no crate of the
+//! a real `redis-server` on a free loopback port ([`RedisServer`]), fresh
+//! temporary directories ([`temp_root`]), and AWS event-stream frames and
+//! an independent SigV4 verifier for a fake Bedrock ([`aws`]). It depends on no crate of the
 //! workspace, so every crate's unit and integration tests can use it.
 #![deny(missing_docs)]
 
+pub mod aws;
 mod redis_server;
 
 pub use redis_server::{available, RedisServer};

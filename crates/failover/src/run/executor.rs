@@ -362,6 +362,12 @@ pub(super) fn secrets_of(profiles: &AuthProfiles) -> Vec<String> {
                 access, refresh, ..
             } => vec![access.as_ref(), refresh.as_ref()],
             Credential::Token { token, .. } => vec![token.as_ref()],
+            // The access key id is not a secret (it names the key).
+            Credential::Aws {
+                secret_access_key,
+                session_token,
+                ..
+            } => vec![secret_access_key.as_ref(), session_token.as_ref()],
         };
         for s in list.into_iter().flatten() {
             // Very short "secrets" would scrub ordinary words; they are not
@@ -1695,5 +1701,43 @@ impl Runner {
             notices: notice.into_iter().collect(),
             deferred,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Profile;
+
+    // Issue 33, R16.11: an `aws` profile's secret access key and session
+    // token are scrubbed from what providers send back; its access key id
+    // names the key and is not a secret.
+    #[test]
+    fn aws_profile_secrets_are_scrubbed() {
+        let secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+        let token = "IQoJb3JpZ2luX2VjEXAMPLESESSIONTOKEN//////////wEaCXVz";
+        let mut profiles = AuthProfiles::default();
+        profiles.profiles.insert(
+            "amazon-bedrock:prod".into(),
+            Profile::aws(
+                "amazon-bedrock",
+                "ASIAIOSFODNN7EXAMPLE",
+                secret,
+                Some(token),
+                Some("us-west-2"),
+            ),
+        );
+        let secrets = secrets_of(&profiles);
+        assert_eq!(secrets.len(), 2);
+        assert!(secrets.iter().any(|s| s == secret));
+        assert!(secrets.iter().any(|s| s == token));
+        let r = Redactor::new(secrets);
+        let body = format!(
+            r#"{{"message":"signature for {secret} with token {token} by ASIAIOSFODNN7EXAMPLE"}}"#
+        );
+        assert_eq!(
+            scrub(&body, &r),
+            r#"{"message":"signature for <redacted> with token <redacted> by ASIAIOSFODNN7EXAMPLE"}"#
+        );
     }
 }

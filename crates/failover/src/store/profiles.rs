@@ -8,6 +8,14 @@
 //! | `api_key` | `provider`, `key` or `keyRef`                                 |
 //! | `oauth`   | `provider`, `access`, `refresh`, `expires`, `email`?, …       |
 //! | `token`   | `provider`, `token` or `tokenRef`, `expires`?                 |
+//! | `aws`     | `provider`, `accessKeyId` or `accessKeyIdRef`, `secretAccessKey` or `secretAccessKeyRef`, `sessionToken`? or `sessionTokenRef`?, `region`? |
+//!
+//! An `aws` profile is one AWS account's access key for Bedrock (issue
+//! 33): several of them rotate like API keys (SPEC R6.2 ranks them with
+//! the keys). Unlike the other kinds, an `aws` entry without its key id or
+//! its secret (neither the value nor a reference) is a problem of the
+//! file, reported with the field's name; one whose key is there but blank
+//! is kept and left out of rotation, as a blank API key is.
 //!
 //! Parsing is per profile and never fails the file: a profile with an
 //! unknown `type`, no provider, or a field of the wrong type is reported as a
@@ -48,22 +56,27 @@ pub enum CredentialKind {
     Token,
     /// An API key.
     ApiKey,
+    /// An AWS access key (id, secret, optional session token) for SigV4.
+    Aws,
 }
 
 impl CredentialKind {
     /// Every kind, in the order `status` lists them.
-    pub const ALL: [CredentialKind; 3] = [
+    pub const ALL: [CredentialKind; 4] = [
         CredentialKind::OAuth,
         CredentialKind::Token,
         CredentialKind::ApiKey,
+        CredentialKind::Aws,
     ];
 
-    /// The kind's name in `auth-profiles.json` (`api_key`, `oauth`, `token`).
+    /// The kind's name in `auth-profiles.json` (`api_key`, `oauth`,
+    /// `token`, `aws`).
     pub fn name(self) -> &'static str {
         match self {
             CredentialKind::ApiKey => "api_key",
             CredentialKind::OAuth => "oauth",
             CredentialKind::Token => "token",
+            CredentialKind::Aws => "aws",
         }
     }
 
@@ -73,12 +86,13 @@ impl CredentialKind {
     }
 
     /// Round-robin rank (SPEC R6.2): subscriptions (OAuth, then tokens)
-    /// before metered API keys.
+    /// before metered API keys; an AWS access key is a metered key too, of
+    /// the same rank.
     pub fn rank(self) -> u8 {
         match self {
             CredentialKind::OAuth => 0,
             CredentialKind::Token => 1,
-            CredentialKind::ApiKey => 2,
+            CredentialKind::ApiKey | CredentialKind::Aws => 2,
         }
     }
 }
@@ -112,6 +126,28 @@ pub enum Credential {
         /// When the token expires (epoch ms).
         expires: Option<u64>,
     },
+    /// An AWS access key (`type: aws`), for SigV4-signed upstreams
+    /// (Bedrock). Each part is held inline or by a reference (kept as
+    /// written, like `keyRef`).
+    Aws {
+        /// `accessKeyId` (`AKIA…`, or `ASIA…` for temporary credentials).
+        /// Not a secret by AWS's account, but it names an account's key,
+        /// so it is held and shown as one (masked).
+        access_key_id: Option<Secret>,
+        /// `accessKeyIdRef`.
+        access_key_id_ref: Option<SecretRef>,
+        /// `secretAccessKey`.
+        secret_access_key: Option<Secret>,
+        /// `secretAccessKeyRef`.
+        secret_access_key_ref: Option<SecretRef>,
+        /// `sessionToken`, of temporary (STS, SSO, role) credentials.
+        session_token: Option<Secret>,
+        /// `sessionTokenRef`.
+        session_token_ref: Option<SecretRef>,
+        /// `region` (`us-west-2`): where this account's requests go, when
+        /// the provider's config does not say. Not a secret.
+        region: Option<String>,
+    },
 }
 
 /// A `keyRef` / `tokenRef` value, kept as written. `Debug` hides it: an
@@ -132,10 +168,13 @@ impl Credential {
             Credential::ApiKey { .. } => CredentialKind::ApiKey,
             Credential::OAuth { .. } => CredentialKind::OAuth,
             Credential::Token { .. } => CredentialKind::Token,
+            Credential::Aws { .. } => CredentialKind::Aws,
         }
     }
 
-    /// The main secret, for display as a mask.
+    /// The main secret, for display as a mask. For an AWS key that is the
+    /// access key id (`AKI…MPLE` tells two accounts' keys apart; seven
+    /// characters of the secret key would tell an attacker more).
     pub fn primary_secret(&self) -> Option<&Secret> {
         match self {
             Credential::ApiKey { key, .. } => key.as_ref(),
@@ -143,6 +182,11 @@ impl Credential {
                 access, refresh, ..
             } => access.as_ref().or(refresh.as_ref()),
             Credential::Token { token, .. } => token.as_ref(),
+            Credential::Aws {
+                access_key_id,
+                secret_access_key,
+                ..
+            } => access_key_id.as_ref().or(secret_access_key.as_ref()),
         }
     }
 }
@@ -152,9 +196,18 @@ impl Credential {
 pub enum Unusable {
     NoKey,
     NoToken,
-    TokenExpired { at: u64 },
+    TokenExpired {
+        at: u64,
+    },
     NoOAuthTokens,
-    OAuthExpiredWithoutRefresh { at: u64 },
+    OAuthExpiredWithoutRefresh {
+        at: u64,
+    },
+    /// An AWS profile whose access key id or secret access key is blank
+    /// (and has no reference); the field's name.
+    AwsKeyBlank {
+        field: &'static str,
+    },
 }
 
 impl fmt::Display for Unusable {
@@ -171,6 +224,9 @@ impl fmt::Display for Unusable {
                 "oauth access token expired at {} and there is no refresh token; log in again",
                 format_utc(*at)
             ),
+            Unusable::AwsKeyBlank { field } => {
+                write!(f, "aws `{field}` is empty and there is no `{field}Ref`")
+            }
         }
     }
 }
@@ -227,6 +283,31 @@ impl Profile {
         }
     }
 
+    /// An AWS access-key profile (`type: aws`); `session_token` for
+    /// temporary credentials, `region` when the account has one.
+    pub fn aws(
+        provider: &str,
+        access_key_id: &str,
+        secret_access_key: &str,
+        session_token: Option<&str>,
+        region: Option<&str>,
+    ) -> Self {
+        Profile {
+            provider: provider.into(),
+            email: None,
+            credential: Credential::Aws {
+                access_key_id: Some(Secret::new(access_key_id)),
+                access_key_id_ref: None,
+                secret_access_key: Some(Secret::new(secret_access_key)),
+                secret_access_key_ref: None,
+                session_token: session_token.map(Secret::new),
+                session_token_ref: None,
+                region: region.map(str::to_string),
+            },
+            extra: Extra::default(),
+        }
+    }
+
     /// The credential's kind.
     pub fn kind(&self) -> CredentialKind {
         self.credential.kind()
@@ -266,6 +347,25 @@ impl Profile {
                 }
                 _ => None,
             },
+            Credential::Aws {
+                access_key_id,
+                access_key_id_ref,
+                secret_access_key,
+                secret_access_key_ref,
+                ..
+            } => {
+                if !present(access_key_id) && access_key_id_ref.is_none() {
+                    Some(Unusable::AwsKeyBlank {
+                        field: "accessKeyId",
+                    })
+                } else if !present(secret_access_key) && secret_access_key_ref.is_none() {
+                    Some(Unusable::AwsKeyBlank {
+                        field: "secretAccessKey",
+                    })
+                } else {
+                    None
+                }
+            }
         }
     }
 
@@ -313,6 +413,31 @@ impl Profile {
                 }
                 if let Some(e) = expires {
                     m.insert("expires".into(), json!(e));
+                }
+            }
+            Credential::Aws {
+                access_key_id,
+                access_key_id_ref,
+                secret_access_key,
+                secret_access_key_ref,
+                session_token,
+                session_token_ref,
+                region,
+            } => {
+                put_secret("accessKeyId", access_key_id);
+                put_secret("secretAccessKey", secret_access_key);
+                put_secret("sessionToken", session_token);
+                for (name, r) in [
+                    ("accessKeyIdRef", access_key_id_ref),
+                    ("secretAccessKeyRef", secret_access_key_ref),
+                    ("sessionTokenRef", session_token_ref),
+                ] {
+                    if let Some(r) = r {
+                        m.insert(name.into(), r.0.clone());
+                    }
+                }
+                if let Some(r) = region {
+                    m.insert("region".into(), json!(r));
                 }
             }
         }
@@ -393,11 +518,51 @@ fn parse_profile(id: &str, v: &Value) -> Result<Profile, String> {
                 .map(SecretRef),
             expires: opt_ms(obj, "expires")?,
         },
+        CredentialKind::Aws => {
+            let reference = |f: &str| obj.get(f).filter(|v| !v.is_null()).cloned().map(SecretRef);
+            let access_key_id = secret("accessKeyId")?;
+            let access_key_id_ref = reference("accessKeyIdRef");
+            let secret_access_key = secret("secretAccessKey")?;
+            let secret_access_key_ref = reference("secretAccessKeyRef");
+            for (field, value, r) in [
+                ("accessKeyId", &access_key_id, &access_key_id_ref),
+                (
+                    "secretAccessKey",
+                    &secret_access_key,
+                    &secret_access_key_ref,
+                ),
+            ] {
+                if value.is_none() && r.is_none() {
+                    return Err(format!("aws profile has no `{field}` (nor `{field}Ref`)"));
+                }
+            }
+            Credential::Aws {
+                access_key_id,
+                access_key_id_ref,
+                secret_access_key,
+                secret_access_key_ref,
+                session_token: secret("sessionToken")?,
+                session_token_ref: reference("sessionTokenRef"),
+                region: opt_str(obj, "region")?,
+            }
+        }
     };
     let known: &[&str] = match kind {
         CredentialKind::ApiKey => &["type", "provider", "email", "key", "keyRef"],
         CredentialKind::OAuth => &["type", "provider", "email", "access", "refresh", "expires"],
         CredentialKind::Token => &["type", "provider", "email", "token", "tokenRef", "expires"],
+        CredentialKind::Aws => &[
+            "type",
+            "provider",
+            "email",
+            "accessKeyId",
+            "accessKeyIdRef",
+            "secretAccessKey",
+            "secretAccessKeyRef",
+            "sessionToken",
+            "sessionTokenRef",
+            "region",
+        ],
     };
     let extra = obj
         .iter()
@@ -733,6 +898,191 @@ mod tests {
         assert_eq!(added, vec!["anthropic:me@x.io", "openai:default"]);
         assert_eq!(p.profiles["openai:default"].kind(), CredentialKind::OAuth);
         assert!(problems.is_empty());
+    }
+
+    const AWS_SECRET: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+    const AWS_TOKEN: &str =
+        "IQoJb3JpZ2luX2VjEXAMPLESESSIONTOKEN//////////wEaCXVzLWVhc3QtMSJHMEUCIQD";
+
+    /// Two AWS accounts for Bedrock (one with temporary credentials and a
+    /// region, one by reference) beside an API key.
+    fn aws_doc() -> Value {
+        json!({
+            "version": 1,
+            "profiles": {
+                "amazon-bedrock:prod": {
+                    "type": "aws", "provider": "amazon-bedrock",
+                    "accessKeyId": "ASIAIOSFODNN7EXAMPLE", "secretAccessKey": AWS_SECRET,
+                    "sessionToken": AWS_TOKEN, "region": "us-west-2", "note": "kept"
+                },
+                "amazon-bedrock:backup": {
+                    "type": "aws", "provider": "amazon-bedrock",
+                    "accessKeyId": "AKIAI44QH8DHBEXAMPLE",
+                    "secretAccessKeyRef": {"source": "env", "id": "BACKUP_AWS_SECRET"},
+                    "sessionTokenRef": {"source": "env", "id": "BACKUP_AWS_TOKEN"}
+                },
+                "amazon-bedrock:refs": {
+                    "type": "aws", "provider": "amazon-bedrock",
+                    "accessKeyIdRef": {"source": "env", "id": "AWS_ACCESS_KEY_ID"},
+                    "secretAccessKeyRef": {"source": "env", "id": "AWS_SECRET_ACCESS_KEY"}
+                },
+                "openai:default": {"type": "api_key", "provider": "openai", "key": SECRET}
+            }
+        })
+    }
+
+    // Issue 33: `aws` profiles parse, rank like API keys (R6.2), and are
+    // written back exactly as read.
+    #[test]
+    fn aws_profiles_parse_rank_and_round_trip() {
+        let (p, problems) = parse(aws_doc());
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(p.profiles.len(), 4);
+        let prod = &p.profiles["amazon-bedrock:prod"];
+        assert_eq!(prod.kind(), CredentialKind::Aws);
+        assert_eq!(prod.kind().name(), "aws");
+        assert_eq!(CredentialKind::from_name("aws"), Some(CredentialKind::Aws));
+        assert_eq!(CredentialKind::Aws.rank(), CredentialKind::ApiKey.rank());
+        assert!(CredentialKind::ALL.contains(&CredentialKind::Aws));
+        match &prod.credential {
+            Credential::Aws {
+                access_key_id: Some(id),
+                secret_access_key: Some(secret),
+                session_token: Some(token),
+                region: Some(region),
+                ..
+            } => {
+                assert_eq!(id.expose(), "ASIAIOSFODNN7EXAMPLE");
+                assert_eq!(secret.expose(), AWS_SECRET);
+                assert_eq!(token.expose(), AWS_TOKEN);
+                assert_eq!(region, "us-west-2");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The mask shown by `status` is the key id's, not the secret's.
+        assert_eq!(
+            prod.credential.primary_secret().unwrap().masked(),
+            "ASI…MPLE"
+        );
+        assert_eq!(
+            p.for_provider("Amazon-Bedrock").count(),
+            3,
+            "all three accounts rotate"
+        );
+        for (_, profile) in p.for_provider("amazon-bedrock") {
+            assert_eq!(profile.unusable(0), None);
+        }
+        // Written back unchanged, references and unknown fields included.
+        assert_eq!(p.to_json(), aws_doc());
+        // The constructor writes what the file holds.
+        let built = Profile::aws(
+            "amazon-bedrock",
+            "ASIAIOSFODNN7EXAMPLE",
+            AWS_SECRET,
+            Some(AWS_TOKEN),
+            Some("us-west-2"),
+        );
+        let mut want = aws_doc()["profiles"]["amazon-bedrock:prod"].clone();
+        want.as_object_mut().unwrap().remove("note");
+        assert_eq!(built.to_json(), want);
+    }
+
+    // R16.11: no Debug of an `aws` profile shows its secret, its session
+    // token or what its references hold; nor does any message about one.
+    #[test]
+    fn aws_secrets_never_shown() {
+        let (p, _) = parse(aws_doc());
+        let dbg = format!("{p:?} {:#?}", p.profiles["amazon-bedrock:prod"]);
+        for secret in [
+            AWS_SECRET,
+            "EXAMPLEKEY",
+            AWS_TOKEN,
+            "SESSIONTOKEN",
+            "BACKUP_AWS_SECRET",
+        ] {
+            assert!(!dbg.contains(secret), "{secret} in {dbg}");
+        }
+        let blank = Profile::aws("amazon-bedrock", "AKIAI44QH8DHBEXAMPLE", " ", None, None);
+        let why = blank.unusable(0).unwrap();
+        assert_eq!(
+            why.to_string(),
+            "aws `secretAccessKey` is empty and there is no `secretAccessKeyRef`"
+        );
+        let blank = Profile::aws("amazon-bedrock", "", AWS_SECRET, None, None);
+        assert_eq!(
+            blank.unusable(0),
+            Some(Unusable::AwsKeyBlank {
+                field: "accessKeyId"
+            })
+        );
+    }
+
+    // Issue 33: an `aws` profile without its key id or its secret, or with
+    // a field of the wrong type, is a problem naming the profile and the
+    // field (never a value), kept verbatim for the next write.
+    #[test]
+    fn aws_profiles_missing_fields_are_named() {
+        let doc = json!({
+            "profiles": {
+                "amazon-bedrock:nosecret": {"type": "aws", "accessKeyId": "AKIAI44QH8DHBEXAMPLE"},
+                "amazon-bedrock:noid": {"type": "aws", "secretAccessKey": AWS_SECRET},
+                "amazon-bedrock:nulls": {"type": "aws", "accessKeyId": null, "secretAccessKey": AWS_SECRET, "accessKeyIdRef": null},
+                "amazon-bedrock:token": {"type": "aws", "accessKeyId": "AKIAI44QH8DHBEXAMPLE", "secretAccessKey": AWS_SECRET, "sessionToken": 42},
+                "amazon-bedrock:region": {"type": "aws", "accessKeyId": "AKIAI44QH8DHBEXAMPLE", "secretAccessKey": AWS_SECRET, "region": ["us-east-1"]},
+                "amazon-bedrock:secret": {"type": "aws", "accessKeyId": "AKIAI44QH8DHBEXAMPLE", "secretAccessKey": {"value": AWS_SECRET}},
+                "aws": {"type": "aws", "accessKeyId": "AKIAI44QH8DHBEXAMPLE", "secretAccessKey": AWS_SECRET}
+            }
+        });
+        let (p, problems) = parse(doc.clone());
+        assert!(p.profiles.is_empty());
+        let all: Vec<String> = problems.iter().map(|x| x.to_string()).collect();
+        let all = all.join("\n");
+        for line in [
+            "profile `amazon-bedrock:nosecret` ignored: aws profile has no `secretAccessKey` (nor `secretAccessKeyRef`)",
+            "profile `amazon-bedrock:noid` ignored: aws profile has no `accessKeyId` (nor `accessKeyIdRef`)",
+            "profile `amazon-bedrock:nulls` ignored: aws profile has no `accessKeyId` (nor `accessKeyIdRef`)",
+            "profile `amazon-bedrock:token` ignored: field `sessionToken` must be a string",
+            "profile `amazon-bedrock:region` ignored: field `region` must be a string",
+            "profile `amazon-bedrock:secret` ignored: field `secretAccessKey` must be a string",
+            "profile `aws` ignored: has no provider",
+        ] {
+            assert!(all.contains(line), "{line}\n{all}");
+        }
+        assert!(!all.contains("EXAMPLEKEY"), "{all}");
+        assert_eq!(p.to_json()["profiles"], doc["profiles"]);
+    }
+
+    // Issue 33: `aws` profiles survive the file store: read from
+    // `auth-profiles.json`, written back by an update of another profile,
+    // unchanged.
+    #[test]
+    fn aws_profiles_round_trip_through_the_file_store() {
+        use crate::store::{FileStore, Store, StoreExt};
+        let root = crate::store::test_dir("profiles", "aws");
+        let store = FileStore::open(&root, "main").unwrap();
+        let path = root.join("agents/main/agent/auth-profiles.json");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, serde_json::to_vec_pretty(&aws_doc()).unwrap()).unwrap();
+        let loaded = store.load_profiles().unwrap();
+        assert_eq!(
+            loaded.profiles["amazon-bedrock:prod"].kind(),
+            CredentialKind::Aws
+        );
+        store
+            .update_profiles(|p| {
+                p.profiles.insert(
+                    "google:default".into(),
+                    Profile::api_key("google", "AIza-key"),
+                )
+            })
+            .unwrap();
+        let back: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let mut want = aws_doc();
+        want["profiles"]["google:default"] =
+            json!({"type": "api_key", "provider": "google", "key": "AIza-key"});
+        assert_eq!(back, want);
+        assert!(store.take_problems().is_empty());
+        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod serve_faults;
 mod serve_hostile;
 mod serve_input;
 mod serve_load;
+mod serve_protocols;
 mod serve_proxy;
 mod serve_reload;
 mod serve_replicas;

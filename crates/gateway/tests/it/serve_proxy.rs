@@ -108,6 +108,8 @@ const PROXY_VARS: &[&str] = &[
 
 #[tokio::test]
 async fn upstream_calls_go_through_the_environments_proxy() {
+    // No other test's gateway starts while the variables are set.
+    let _env = PROXY_ENV.write().await;
     for v in PROXY_VARS {
         std::env::remove_var(v);
     }

@@ -68,6 +68,9 @@ async fn official_python_sdks_are_clients() {
         std::process::Command::new(python)
             .arg(script)
             .env("FAILOVER_URL", url)
+            // The SDKs read proxy variables; `serve_proxy` sets them.
+            .env("NO_PROXY", "127.0.0.1")
+            .env("no_proxy", "127.0.0.1")
             .output()
             .unwrap()
     })
@@ -77,6 +80,118 @@ async fn official_python_sdks_are_clients() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("7 passed, 0 failed"), "{stdout}");
+    for s in SECRETS {
+        assert!(!stdout.contains(s) && !stderr.contains(s));
+    }
+    gw.stop().await;
+}
+
+// Issue 33: the official `openai` SDK's `responses.create` and
+// `responses.stream` against `POST /v1/responses` (tests/sdk/responses.py):
+// plain and streamed on a Responses upstream, a streamed fallback to a
+// Chat Completions upstream, a tool call (plain and streamed) and an
+// exhausted chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_openai_sdk_responses_create() {
+    use crate::serve_protocols::{ok_responses, responses_events};
+    let Some(python) = venv_python() else {
+        let msg = "the Python SDK venv is missing: run `python3 -m venv .ci/venv && .ci/venv/bin/pip install openai anthropic`";
+        let opted_out = std::env::var("FAILOVER_SKIP_SDK").as_deref() == Ok("1");
+        if std::env::var_os("CI").is_some() || !opted_out {
+            panic!("{msg} (or set FAILOVER_SKIP_SDK=1 to skip this test)");
+        }
+        eprintln!(
+            "\n!!! SKIPPED official_openai_sdk_responses_create (FAILOVER_SKIP_SDK=1): {msg}\n"
+        );
+        return;
+    };
+    let gw = Gw::start(
+        "sdk-responses",
+        Setup {
+            prim_api: "openai-responses",
+            ..Setup::default()
+        },
+    )
+    .await;
+    // In the order of responses.py.
+    gw.prim.push(ok_responses("plain responses"));
+    gw.prim
+        .push(Reply::Sse(responses_events(&["Hel", "lo"]), Tail::End));
+    gw.prim.push(Reply::Http {
+        status: 429,
+        headers: vec![("retry-after".into(), "60".into())],
+        body: r#"{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#.into(),
+    });
+    let mut ev = openai_events(&["from ", "the fallback"]);
+    ev.extend(openai_stream_end());
+    gw.back.push(Reply::Sse(ev, Tail::End));
+    gw.back.push(Reply::Http {
+        status: 200,
+        headers: vec![],
+        body: json!({"id": "cmpl-t", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+                "tool_calls": [{"id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+                "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 5, "total_tokens": 14}})
+        .to_string(),
+    });
+    gw.back.push(ok_openai("It is 21C."));
+    let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "c2", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    gw.back.push(Reply::Sse(
+        vec![
+            chunk(
+                json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_2", "type": "function",
+                    "function": {"name": "get_weather", "arguments": ""}}]}),
+                json!(null),
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":"}}]}),
+                json!(null),
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}),
+                json!(null),
+            ),
+            chunk(json!({}), json!("tool_calls")),
+            "data: [DONE]\n\n".into(),
+        ],
+        Tail::End,
+    ));
+    for m in [&gw.prim, &gw.back] {
+        m.always(Reply::Http {
+            status: 429,
+            headers: vec![("retry-after".into(), "30".into())],
+            body: r#"{"error":{"message":"Rate limit reached","type":"requests"}}"#.into(),
+        });
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join("tests/sdk/responses.py");
+    let url = format!("http://{}", gw.addr());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .env("FAILOVER_URL", url)
+            // The SDKs read proxy variables; `serve_proxy` sets them.
+            .env("NO_PROXY", "127.0.0.1")
+            .env("no_proxy", "127.0.0.1")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("6 passed, 0 failed"), "{stdout}");
+    eprintln!("{stdout}");
     for s in SECRETS {
         assert!(!stdout.contains(s) && !stderr.contains(s));
     }

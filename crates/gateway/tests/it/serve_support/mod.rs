@@ -148,6 +148,8 @@ pub(crate) fn anthropic_events(parts: &[&str], finish: bool) -> Vec<String> {
 #[derive(Clone, Debug)]
 pub(crate) struct Seen {
     pub(crate) path: String,
+    /// The query string, if any (`alt=sse`, `api-version=…`).
+    pub(crate) query: Option<String>,
     pub(crate) headers: HeaderMap,
     pub(crate) body: Value,
 }
@@ -271,6 +273,7 @@ impl Mock {
                     let mut guard = CancelGuard(st.clone(), false);
                     st.seen.lock().unwrap().push(Seen {
                         path: uri.path().to_string(),
+                        query: uri.query().map(str::to_string),
                         headers,
                         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
                     });
@@ -323,6 +326,12 @@ impl Mock {
         format!("http://{}", self.addr)
     }
 }
+
+/// Held for writing by the one test that sets the proxy variables
+/// (`serve_proxy`) while they are set, for reading by every gateway start:
+/// a gateway (and its tests' client) reads them when it starts, so none
+/// may start in that window.
+pub(crate) static PROXY_ENV: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// The secrets of the test profiles: none may reach a client or a log.
 pub(crate) const SECRETS: &[&str] = &["sk-prim-SECRET-0123456789", "sk-back-SECRET-9876543210"];
@@ -393,10 +402,10 @@ impl Default for Setup {
 }
 
 pub(crate) fn base(mock: &Mock, api: &str) -> String {
-    if api == "openai-completions" {
-        format!("{}/v1", mock.url())
-    } else {
-        mock.url()
+    match api {
+        "openai-completions" | "openai-responses" => format!("{}/v1", mock.url()),
+        "google-generative-ai" => format!("{}/v1beta", mock.url()),
+        _ => mock.url(),
     }
 }
 
@@ -469,6 +478,7 @@ pub(crate) fn write_profiles(dir: &std::path::Path) {
 
 impl Gw {
     pub(crate) async fn start(name: &str, s: Setup) -> Gw {
+        let _env = PROXY_ENV.read().await;
         let prim = Mock::start().await;
         let back = Mock::start().await;
         let dir = temp_dir(name);
