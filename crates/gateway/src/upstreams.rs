@@ -1010,8 +1010,7 @@ fn provider(
     let region = match api {
         Api::BedrockConverseStream => region
             .or_else(|| region_of_host(&base_url))
-            .or_else(|| env("AWS_REGION").filter(|r| is_region(r)))
-            .or_else(|| env("AWS_DEFAULT_REGION").filter(|r| is_region(r))),
+            .or_else(|| crate::aws::region_from_env(env).filter(|r| is_region(r))),
         _ => None,
     };
     let env_aws = (api == Api::BedrockConverseStream && env_key.is_none() && !keyless)

@@ -35,14 +35,9 @@
 //!   (`throttlingException`) is Bedrock's exception name with its first
 //!   letter lower-cased, its payload `{"message": "…"}`.
 
-// The `bedrock-converse-stream` upstream (branch `protocols`) is the user of
-// this module; until it lands, only the tests call it.
-#![allow(dead_code)]
-
 pub(crate) mod eventstream;
 
-#[allow(unused_imports)] // the upstream's way in, once it lands
-pub(crate) use eventstream::{EventStreamDecoder, EventStreamError, EventStreamMessage};
+pub(crate) use eventstream::{EventStreamDecoder, EventStreamMessage};
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
