@@ -439,6 +439,23 @@ mod tests {
         assert_eq!(back["order"]["anthropic"], json!("anthropic:me"));
     }
 
+    // A whole field that does not parse (a future `version`, an `order`
+    // that is not a map) is written back as it was while no typed value
+    // takes its place, and named once one does.
+    #[test]
+    fn unparsed_fields_are_kept_until_replaced() {
+        let src = json!({"version": "two", "order": 5, "usageStats": {}});
+        let mut problems = Vec::new();
+        let mut s = AuthState::from_json(src, Path::new("s.json"), &mut problems).unwrap();
+        assert_eq!(s.version, None);
+        let back = s.to_json();
+        assert_eq!((&back["version"], &back["order"]), (&json!("two"), &json!(5)));
+        assert!(s.replaced_unparsed().is_empty(), "{:?}", s.replaced_unparsed());
+        s.order.insert("openai".into(), vec!["openai:a".into()]);
+        assert_eq!(s.replaced_unparsed(), ["field `order`"]);
+        assert_eq!(s.to_json()["order"], json!({"openai": ["openai:a"]}));
+    }
+
     #[test]
     fn not_an_object_is_corrupt() {
         let mut problems = Vec::new();
