@@ -483,6 +483,66 @@ async fn r10_1_auth_permanent_skips_the_provider() {
             Some("Provider openai has auth_permanent issue (skipping all models)")
         );
     }
+    // R14.2: each skip is a decision at its 1-based chain position.
+    let skips: Vec<(DecisionKind, usize, Option<&str>)> = out
+        .decisions
+        .iter()
+        .map(|d| (d.decision, d.position, d.to_model.as_deref()))
+        .collect();
+    assert_eq!(
+        &skips[..2],
+        [
+            (DecisionKind::SkipCandidate, 1, Some("openai/gpt-mini")),
+            (DecisionKind::SkipCandidate, 2, Some("google/gemini")),
+        ]
+    );
+}
+
+// R11.4: another run of the same session wrote its own auto fallback
+// while this attempt ran (same source, `auto`, another model): the model
+// group is the other run's, and the rollback leaves it whole — not its
+// source cleared, which would read as a legacy user override (R3).
+#[tokio::test(start_paused = true)]
+async fn r11_4_a_concurrent_auto_fallback_is_not_torn() {
+    let h = setup(THREE, KEYS);
+    let runner = h.runner.clone();
+    let f = move |a: crate::run::Attempt| {
+        let runner = runner.clone();
+        async move {
+            match a.provider.as_str() {
+                "anthropic" => Err(ProviderFailure::message("overloaded")
+                    .with_status(529)
+                    .into()),
+                "openai" => {
+                    runner
+                        .store()
+                        .update_session("s1", |e| {
+                            e.provider_override = Some("google".into());
+                            e.model_override = Some("gemini".into());
+                            e.model_override_source = Some("auto".into());
+                        })
+                        .unwrap();
+                    Err(AttemptError::Provider(
+                        ProviderFailure::message("upstream error").with_status(502),
+                    ))
+                }
+                _ => Err::<String, _>(AttemptError::Provider(
+                    ProviderFailure::message("upstream error").with_status(502),
+                )),
+            }
+        }
+    };
+    h.runner.run(&req(), f).await.unwrap_err();
+    let e = h.entry("s1");
+    assert_eq!(
+        (
+            e.provider_override.as_deref(),
+            e.model_override.as_deref(),
+            e.model_override_source.as_deref()
+        ),
+        (Some("google"), Some("gemini"), Some("auto")),
+        "{e:?}"
+    );
 }
 
 // R10.3, R16.1: a cooling primary is skipped outside its probe window,
