@@ -686,6 +686,12 @@ async fn r11_6_live_switch() {
         ]
     );
     assert_eq!(out.attempts[0].outcome, AttemptOutcome::Switched);
+    // R14.2: the decision is the first candidate's (1-based position).
+    let d = &out.decisions[0];
+    assert_eq!(
+        (d.decision, d.position, d.to_model.as_deref()),
+        (DecisionKind::LiveSwitch, 1, Some("google/gemini"))
+    );
 
     let h = setup(THREE, KEYS);
     let s = Script::default().on("anthropic/claude", vec![switch("anthropic", "claude")]);
@@ -693,6 +699,11 @@ async fn r11_6_live_switch() {
     assert_eq!(out.attempts[0].outcome, AttemptOutcome::Failed);
     assert_eq!(out.attempts[0].reason.as_deref(), Some("unclassified"));
     assert_eq!(out.model_ref(), "openai/gpt");
+    let d = &out.decisions[0];
+    assert_eq!(
+        (d.decision, d.position, d.reason.as_deref()),
+        (DecisionKind::CandidateFailed, 1, Some("unclassified"))
+    );
 }
 
 /// Once every cooldown is over, `session` is reset through the harness's
