@@ -778,6 +778,19 @@ async fn r12_skip_cache() {
     s.clear_calls();
     runner.run(&RunRequest::session("s2"), s.f()).await.unwrap();
     assert!(s.calls().contains(&"openai/gpt@openai:default".to_string()));
+
+    // R12.2: only auth failures are remembered; a rate-limited fallback
+    // is tried again on the next turn once its cooldown is over.
+    let h = setup(THREE, KEYS);
+    let runner = crate::run::Runner::new(engine(), Arc::new(config(THREE)), h.store.clone())
+        .unwrap()
+        .with_clock(Arc::new(crate::run::TokioClock::starting_at(T0)))
+        .with_skip_ttl_ms(Some(10 * MINUTE_MS));
+    let s = Script::default()
+        .on("anthropic/claude", vec![http(529, "overloaded")])
+        .on("openai/gpt", vec![http(429, "rate limit reached")]);
+    runner.run(&req(), s.f()).await.unwrap();
+    next_turn_tries_openai(&h, &runner, &s, "s1").await;
 }
 
 // R12.2 with RunRequest::one_off: a run whose session ends with it (the
