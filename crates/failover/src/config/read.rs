@@ -512,7 +512,7 @@ impl Reader {
     fn profile(&mut self, id: &str, v: &Value) -> Option<ProfileMeta> {
         let map = self.mapping(v)?;
         const META: [&str; 4] = ["provider", "mode", "type", "email"];
-        const MODES: [&str; 3] = ["api_key", "oauth", "token"];
+        const MODES: [&str; 4] = ["api_key", "oauth", "token", "aws"];
         // A key whose name says it holds a secret (`apiKey`, `accessToken`,
         // `client-secret`) is not an unknown key but a secret in the wrong
         // place. The value is never read, stored or shown.
@@ -544,13 +544,14 @@ impl Reader {
             self.key(k, |r| match k {
                 "provider" => provider = r.string(v, "a provider id"),
                 "mode" | "type" => {
-                    let Some(s) = r.string(v, "`api_key`, `oauth` or `token`") else {
+                    let Some(s) = r.string(v, "`api_key`, `oauth`, `token` or `aws`") else {
                         return;
                     };
                     mode = match s.as_str() {
                         "api_key" => Some(CredentialKind::ApiKey),
                         "oauth" => Some(CredentialKind::OAuth),
                         "token" => Some(CredentialKind::Token),
+                        "aws" => Some(CredentialKind::Aws),
                         // The value is never echoed, whatever its shape: a
                         // mode field is where a pasted credential lands, and
                         // no shape test can tell a secret from a word (a
@@ -565,7 +566,7 @@ impl Reader {
                                     "the value is not shown, in case it is a secret".to_string()
                                 });
                             r.error_help(
-                                "unknown credential mode: expected `api_key`, `oauth` or `token`",
+                                "unknown credential mode: expected `api_key`, `oauth`, `token` or `aws`",
                                 help,
                             );
                             // The source line would show the value.

@@ -63,6 +63,7 @@ auth:
   profiles:
     "anthropic:me@example.com": { provider: anthropic, mode: oauth, email: me@example.com }
     "openai:default": { provider: openai, type: api_key }
+    "amazon-bedrock:prod": { provider: amazon-bedrock, mode: aws }
   order:
     OpenAI: ["openai:default"]
     anthropic: []
@@ -111,6 +112,10 @@ fn r15_reads_every_key() {
     assert_eq!(
         c.auth.profile("openai:default").unwrap().mode,
         Some(CredentialKind::ApiKey)
+    );
+    assert_eq!(
+        c.auth.profile("amazon-bedrock:prod").unwrap().mode,
+        Some(CredentialKind::Aws)
     );
     assert_eq!(c.auth.order["openai"], ["openai:default"]);
     assert_eq!(c.auth.order["anthropic"], Vec::<String>::new());
@@ -608,7 +613,7 @@ auth:
                 (
                     Severity::Error,
                     "auth.profiles[\"openai:default\"].mode",
-                    "unknown credential mode: expected `api_key`, `oauth` or `token`"
+                    "unknown credential mode: expected `api_key`, `oauth`, `token` or `aws`"
                 ),
                 (
                     Severity::Error,

@@ -466,7 +466,7 @@ fn parse_profile(id: &str, v: &Value) -> Result<Profile, String> {
     let ty = match obj.get("type") {
         Some(Value::String(s)) => s.as_str(),
         Some(_) => return Err("field `type` must be a string".into()),
-        None => return Err("missing field `type` (`api_key`, `oauth` or `token`)".into()),
+        None => return Err("missing field `type` (`api_key`, `oauth`, `token` or `aws`)".into()),
     };
     let Some(kind) = CredentialKind::from_name(ty) else {
         // Echo the type only when it looks like a type name, not a pasted key.
@@ -480,7 +480,7 @@ fn parse_profile(id: &str, v: &Value) -> Result<Profile, String> {
             String::new()
         };
         return Err(format!(
-            "unknown credential type{shown} (expected `api_key`, `oauth` or `token`)"
+            "unknown credential type{shown} (expected `api_key`, `oauth`, `token` or `aws`)"
         ));
     };
     let provider =
@@ -806,7 +806,7 @@ mod tests {
         let msgs: Vec<String> = problems.iter().map(|x| x.to_string()).collect();
         let all = msgs.join("\n");
         assert!(!all.contains("TOPSECRET"), "{all}");
-        assert!(all.contains("profile `openai:default` ignored: unknown credential type `password` (expected `api_key`, `oauth` or `token`)"), "{all}");
+        assert!(all.contains("profile `openai:default` ignored: unknown credential type `password` (expected `api_key`, `oauth`, `token` or `aws`)"), "{all}");
         assert!(
             all.contains("profile `lonely` ignored: has no provider"),
             "{all}"

@@ -858,6 +858,34 @@ async fn r16_11_secrets_never_leak() {
     let all = format!("{err} {err:?} {}", seen_debug.lock().unwrap());
     assert!(all.contains("<redacted>"), "{all}");
     assert!(!all.contains("SECRET"), "{all}");
+
+    // A single attempt surfaces the provider's own error (R16.8): its
+    // message, body and code are scrubbed of the key as well.
+    let echo = |a: crate::run::Attempt| {
+        let key = match a.profile.as_ref().map(|p| &p.credential) {
+            Some(crate::store::Credential::ApiKey { key: Some(k), .. }) => k.expose().to_string(),
+            _ => String::new(),
+        };
+        assert!(key.contains("SECRET"));
+        std::future::ready(Err::<(), _>(AttemptError::Provider(
+            ProviderFailure::message(format!("Incorrect API key provided: {key}"))
+                .with_status(401)
+                .with_code(format!("bad_key_{key}"))
+                .with_body(format!(r#"{{"error":{{"message":"key {key} is wrong"}}}}"#)),
+        )))
+    };
+    let mut one = RunRequest::session("solo");
+    one.one_shot = Some(ModelRef::parse("anthropic/claude").unwrap());
+    let err = h.runner.run(&one, echo).await.unwrap_err();
+    let RunError::Provider { error } = &err else {
+        panic!("{err:?}")
+    };
+    let f = &error.failure;
+    for part in [&f.message, &f.body, &f.code] {
+        let part = part.as_deref().unwrap_or_default();
+        assert!(!part.is_empty() && !part.contains("SECRET"), "{part}");
+    }
+    assert!(!format!("{err} {err:?}").contains("SECRET"));
 }
 
 // R3.2: a heartbeat clears an auto override whose origin is no longer the

@@ -79,7 +79,7 @@ fn bad_files_are_reported_clearly_and_the_engine_keeps_working() {
         problems,
         [
             format!("`{profiles_path}`: profile `nameless` ignored: has no provider: add a `provider` field or name the profile `provider:name`"),
-            format!("`{profiles_path}`: profile `openai:weird` ignored: unknown credential type `session_cookie` (expected `api_key`, `oauth` or `token`)"),
+            format!("`{profiles_path}`: profile `openai:weird` ignored: unknown credential type `session_cookie` (expected `api_key`, `oauth`, `token` or `aws`)"),
             format!("`{state_path}` is corrupt (not valid JSON: EOF while parsing a string at line 1 column 61); ignoring it until the next write moves it aside"),
         ]
     );
