@@ -449,8 +449,15 @@ mod tests {
         let mut s = AuthState::from_json(src, Path::new("s.json"), &mut problems).unwrap();
         assert_eq!(s.version, None);
         let back = s.to_json();
-        assert_eq!((&back["version"], &back["order"]), (&json!("two"), &json!(5)));
-        assert!(s.replaced_unparsed().is_empty(), "{:?}", s.replaced_unparsed());
+        assert_eq!(
+            (&back["version"], &back["order"]),
+            (&json!("two"), &json!(5))
+        );
+        assert!(
+            s.replaced_unparsed().is_empty(),
+            "{:?}",
+            s.replaced_unparsed()
+        );
         s.order.insert("openai".into(), vec!["openai:a".into()]);
         assert_eq!(s.replaced_unparsed(), ["field `order`"]);
         assert_eq!(s.to_json()["order"], json!({"openai": ["openai:a"]}));
