@@ -908,6 +908,256 @@ mod tests {
         assert_eq!(key_words("x-api_key.v2"), ["x", "api", "key", "v2"]);
     }
 
+    // The next four tests moved here from failover's config tests.
+    // R16.11: a key that names a secret hides its line in any spelling.
+    #[test]
+    fn r16_11_secret_keys_in_any_spelling_hide_the_line() {
+        for line in [
+            "      accessToken: FAKE",
+            "      access_token: FAKE",
+            "      refreshToken: FAKE",
+            "      refresh: FAKE",
+            "      access: FAKE",
+            "      apiToken: FAKE",
+            "      APIKey: FAKE",
+            "      API-KEY: FAKE",
+            "      apikey: FAKE",
+            "      x-api-key: FAKE",
+            "      key: FAKE",
+            "      privateKey: FAKE",
+            "      private_key_pem: FAKE",
+            "      bearer: FAKE",
+            "      bearerToken: FAKE",
+            "      authorization: FAKE",
+            "      Authorization : FAKE",
+            "      auth_header: FAKE",
+            "      authHeader: FAKE",
+            "      client_secret: FAKE",
+            "      clientSecret: FAKE",
+            "      CLIENT-SECRET: FAKE",
+            "      password: FAKE",
+            "      Passwd: FAKE",
+            "      pwd: FAKE",
+            "      credentials: FAKE",
+            "      sessionCookie: FAKE",
+            r#"  "apiKey" : "x""#,
+            r#"{"agents": {}, "auth": {"profiles": {"a:b": {"accessToken":"FAKE"}}}}"#,
+            "    x:default: { provider: x, oauthRefreshToken: FAKE }",
+            "    'refresh-token': FAKE",
+            "      accessToken:",
+        ] {
+            assert!(may_hold_secret(line), "{line}");
+        }
+    }
+
+    // R16.11: a value shaped like a credential hides its line whatever the
+    // key, and is never echoed in a message.
+    #[test]
+    fn r16_11_secret_values_hide_the_line() {
+        for line in [
+            "      note: sk-live-FAKE-0001",
+            "      note: sk-ant-api03-FAKE",
+            "      note: sk_live_FAKE0001",
+            "        sk-live-FAKE-0001",
+            "    - ghp_FAKEFAKEFAKE0001",
+            "      slack: xoxb-1234-FAKE",
+            "      id: AKIAFAKEFAKEFAKE0001",
+            "      hint: \"Bearer FAKE\"",
+            "      hint: bearer abc",
+            "      hint: Basic dXNlcjpwYXNzd29yZA==",
+            "      url: https://user:FAKE@example.com/v1",
+            "      blob: 9fA3kQ7zL2mW8vR4tY6uP1sD0",
+            "      blob: 3f9a0c2e7b4d1f6a8c5e9b2d7f4a1c3e",
+            "      blob: eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.FAKE",
+            "      primary: openai/sk-live-FAKE-0001",
+        ] {
+            assert!(may_hold_secret(line), "{line}");
+        }
+    }
+
+    // Lines the config really holds are still quoted: keys it reads, model
+    // ids, profile ids, e-mails, modes, comments.
+    #[test]
+    fn harmless_lines_are_still_shown() {
+        for line in [
+            "  primary: ollama/monkey:7b",
+            "auth:",
+            "    authPermanentBackoffMinutes: 10",
+            "    billingBackoffHoursByProvider: { openrouter: 1 }",
+            "    rateLimitedProfileRotations: 2",
+            "  order:",
+            "    openai: [\"openai:default\", \"openai:me@example.com\"]",
+            "      mode: token",
+            "      type: api_key",
+            "      primary: anthropic/claude-3-5-sonnet-20241022",
+            "      fallbacks: [together/Meta-Llama-3.1-70B-Instruct-Turbo, groq/deepseek-r1-distill-llama-70b]",
+            "      fallbacks: [bedrock/us.anthropic.claude-3-5-sonnet-20241022-v2:0]",
+            "      fallbacks: [ollama/qwen2.5-coder-32b-instruct-q4_K_M, google/gemini-2.0-flash-thinking-exp-01-21]",
+            "      email: firstname.lastname99@example.com",
+            "# keep tokens out of this file",
+        ] {
+            assert!(!may_hold_secret(line), "{line}");
+        }
+    }
+
+    // Random keys of 32 characters are nearly always taken for secrets,
+    // whatever their alphabet (a fixed generator keeps the test stable).
+    #[test]
+    fn random_tokens_are_recognised() {
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let alphabets = [
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_",
+            "0123456789abcdef",
+            "abcdefghijklmnopqrstuvwxyz0123456789",
+        ];
+        for alphabet in alphabets {
+            let chars: Vec<char> = alphabet.chars().collect();
+            let found = (0..1000)
+                .filter(|_| {
+                    let token: String = (0..32)
+                        .map(|_| chars[(next() % chars.len() as u64) as usize])
+                        .collect();
+                    random_token(&token)
+                })
+                .count();
+            assert!(found >= 990, "{alphabet}: {found} of 1000");
+        }
+        assert!(!random_token("billingBackoffHoursByProvider"));
+        assert!(!random_token("claude-3-7-sonnet-20250219"));
+    }
+
+    // R16.11: a masked secret shows its ends only from 16 characters up,
+    // and never a control character.
+    #[test]
+    fn r16_11_mask_shows_ends_only_of_long_secrets() {
+        assert_eq!(mask(""), "…");
+        assert_eq!(mask("abcdefghijklmno"), "…"); // 15
+        assert_eq!(mask("abcdefghijklmnop"), "abc…mnop"); // 16
+        assert_eq!(mask("sk-\u{1b}defghijklm\nop\u{7}"), "sk-…?op?");
+    }
+
+    // The keys a line sets, as `may_hold_secret` reads them: a plain key
+    // ends at `: ` or the line end; a quoted key is what the quotes hold;
+    // a `:` inside a value or an id sets none.
+    #[test]
+    fn line_keys_are_the_keys_a_line_sets() {
+        let keys = |line| line_keys(line).collect::<Vec<_>>();
+        assert_eq!(keys("  primary: ollama/monkey:7b"), ["primary"]);
+        assert_eq!(
+            keys("    openai:default: { provider: x }"),
+            ["openai:default", "provider"]
+        );
+        assert_eq!(keys(r#"  "apiKey" : "x""#), ["apiKey"]);
+        assert_eq!(keys("{a: 1, 'b': 2, c:d}"), ["a", "b"]);
+        assert_eq!(keys("[x: 1]"), ["x"]);
+        assert_eq!(keys("list,item:\tv"), ["item"]);
+        assert_eq!(keys("\tkey\t:\r"), ["key"]);
+        assert_eq!(keys("key:"), ["key"]);
+        assert!(keys(": x").is_empty());
+        assert!(keys("a:b").is_empty());
+        assert!(keys("no colon").is_empty());
+        // A profile id holds a `:`: its value is a profile, not a secret,
+        // whatever words the id has.
+        assert!(!may_hold_secret(
+            "    openai:api-key-backup: { provider: openai }"
+        ));
+        assert!(may_hold_secret("    api-key-backup: x"));
+    }
+
+    // Prefixes written in lower case are matched in any case (providers
+    // echo keys upper-cased); those with capitals (`AKIA`, `AIza`, `eyJ`)
+    // only as written, so ordinary words that start the same way pass.
+    #[test]
+    fn r16_11_prefixes_match_in_their_case() {
+        assert!(looks_like_secret("SK-LIVE-FAKEFAKE"));
+        assert!(looks_like_secret("GHP_FAKEFAKEFAKE"));
+        assert!(!looks_like_secret("eyjafjallajokull_eruption"));
+        assert!(!looks_like_secret("akiakchak_national_preserve"));
+        // The shortest token that counts.
+        assert!(looks_like_secret("sk-abcde"));
+        assert!(!looks_like_secret("sk-abcd"));
+    }
+
+    // A URL's password, not an `@` later in its path, makes a secret; a
+    // `:` in a path or after the host is not one.
+    #[test]
+    fn r16_11_only_a_url_password_is_a_secret() {
+        for plain in [
+            "see https://example.com/users/me:x@y",
+            "see https://example.com:8443/v1",
+            "mail https://example.com user:x@y",
+            "quoted \"https://example.com\"a:b@c",
+        ] {
+            assert!(!looks_like_secret(plain), "{plain}");
+            assert_eq!(redact(plain), plain);
+        }
+        assert_eq!(
+            redact("see http://u:pw@h/x and https://v:pw2@k"),
+            "see http://u:…@h/x and https://v:…@k"
+        );
+        assert_eq!(
+            redact("'ftp://a:b:c@d' \"s3://e:f@g\"\thttps://x:y@z"),
+            "'ftp://a:…@d' \"s3://e:…@g\"\thttps://x:…@z"
+        );
+    }
+
+    // After `Bearer` / `Basic` the next word goes, keeping the spaces;
+    // the scheme word with nothing after it, or glued to punctuation,
+    // masks nothing.
+    #[test]
+    fn r16_11_scheme_masks_the_next_word_only() {
+        let key = "sk-proj-abcdefghijklmnop";
+        assert_eq!(
+            redact(&format!("{key} (Bearer), ok")),
+            "sk-…mnop (Bearer), ok"
+        );
+        assert_eq!(redact(&format!("{key} Bearer ")), "sk-…mnop Bearer ");
+        assert_eq!(
+            redact(&format!("{key} Bearer \n x")),
+            "sk-…mnop Bearer \n x"
+        );
+        assert_eq!(redact("Bearer  \tabc.def next"), "Bearer  \t… next");
+        assert_eq!(redact("basic  dXNlcjpodW50ZXIy!"), "basic  …");
+        assert!(!looks_like_secret("Bearer"));
+        assert!(!looks_like_secret("auth (Bearer), none"));
+        assert!(!looks_like_secret("Bearer #1 of 2"));
+        assert!(looks_like_secret("bearer\tx"));
+        assert!(!looks_like_secret("Basic dXNlcjp"));
+        assert!(looks_like_secret("Basic dXNlcjpw"));
+    }
+
+    // Where `random_token` draws its lines (its documentation): length,
+    // the mix of kinds, a long mixed piece or enough switches of kind.
+    #[test]
+    fn random_token_boundaries() {
+        // 24 characters or more.
+        assert!(random_token("a1b2c3d4e5f6g7h8i9j0k1l2"));
+        assert!(!random_token("a1b2c3d4e5f6g7h8i9j0k1l"));
+        // Digits alone are not; letters need digits or a quarter of each
+        // case.
+        assert!(!random_token("123456789012345678901234"));
+        assert!(random_token("aaaBaaaBaaaBaaaBaaaBaaaB")); // 6 upper of 24
+        assert!(!random_token("aaaBaaaBaaaBaaaBaaaBaaaa")); // 5 upper
+        assert!(random_token("AAAbAAAbAAAbAAAbAAAbAAAb")); // 6 lower of 24
+        assert!(!random_token("AAAbAAAbAAAbAAAbAAAbAAAA")); // 5 lower
+                                                            // Upper case against digits is a switch of kind (AWS-style ids).
+        assert!(random_token("ABCD1234EFGH5678IJKL9012"));
+        // A piece of 16 or more counts only when it mixes kinds.
+        assert!(!random_token("abcdefghijklmnop-1234567"));
+        assert!(random_token("abcdefghijklmnopqrstuvw1"));
+        // Short pieces count by their switches, from 8 on.
+        assert!(!random_token("abcdefghijklmnop-a1b2c3d"));
+        assert!(random_token("aa1-bb2-cc3-dd4-ee5-ff6-gg7-hh8"));
+        assert!(!random_token("aa1-bb2-cc3-dd4-ee5-ff6-gg7-hhh"));
+    }
+
     const AWS_SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
 
     // Issue 33: AWS secrets in every form AWS tools write them are masked
@@ -1160,6 +1410,155 @@ mod tests {
             Cow::Borrowed(_)
         ));
         assert_eq!(format!("{r:?}"), "Redactor(1 secrets)");
+    }
+
+    // R16.11: a name of an AWS secret with no value after it, at the end
+    // of a text or before a word, gives no range (and reads nothing past
+    // the end).
+    #[test]
+    fn aws_names_without_a_value_give_nothing() {
+        // (A `=` or `:` elsewhere, so the names are looked at.)
+        for text in [
+            "a=1 sessionToken",
+            "a=1 sessionToken  ",
+            "sessionToken:",
+            "sessionToken = ",
+            "a: the sessionToken xabc",
+            "a=1 aws_secret_access_key\t\"",
+        ] {
+            assert!(aws_secret_values(text).is_empty(), "{text:?}");
+            assert_eq!(redact(text), text);
+        }
+        assert_eq!(aws_secret_values("sessionToken:x"), vec![13..14]);
+    }
+
+    // R16.11: every string of a JSON value is redacted or scrubbed,
+    // object keys and nested arrays included; numbers stay.
+    #[test]
+    fn r16_11_json_values_are_redacted_everywhere() {
+        let key = "sk-proj-abcdefghijklmnopqrstuv";
+        let doc = || {
+            serde_json::json!({
+                "error": {"message": format!("bad key {key}"), "n": 3},
+                key: [format!("Bearer {key}"), [format!("x {key}")], null],
+                "plain": "openai/gpt-5.2",
+            })
+        };
+        let mut v = doc();
+        redact_json(&mut v);
+        let shown = v.to_string();
+        assert!(!shown.contains("abcdefghij"), "{shown}");
+        assert_eq!(v["error"]["message"], "bad key sk-…stuv");
+        assert_eq!(v["error"]["n"], 3);
+        assert_eq!(v["plain"], "openai/gpt-5.2");
+        assert_eq!(v["sk-…stuv"][1][0], "x sk-…stuv");
+
+        let mut v = doc();
+        Redactor::new([key]).scrub_json(&mut v);
+        let shown = v.to_string();
+        assert!(!shown.contains("abcdefghij"), "{shown}");
+        assert_eq!(v["error"]["message"], "bad key <redacted>");
+        assert_eq!(v["<redacted>"][0], "Bearer <redacted>");
+        assert_eq!(v["<redacted>"][1][0], "x <redacted>");
+        assert_eq!(v["plain"], "openai/gpt-5.2");
+        // An empty redactor leaves the value as it is.
+        let mut v = doc();
+        Redactor::default().scrub_json(&mut v);
+        assert_eq!(v, doc());
+    }
+
+    // A gateway's redactor is the union of its agents': every secret of
+    // each, long or short, is removed, and the count is the sum.
+    #[test]
+    fn r16_11_extended_redactors_remove_every_secret() {
+        assert!(Redactor::default().is_empty());
+        assert!(Redactor::new(["", "  "]).is_empty());
+        let mut r = Redactor::new(["sk-live-0123456789abcdef"]);
+        assert!(!r.is_empty());
+        r.extend(Redactor::new(["hunter2", "sk-other-fedcba9876543210"]));
+        r.extend(Redactor::new(["hunter2"]));
+        assert_eq!(format!("{r:?}"), "Redactor(4 secrets)");
+        assert_eq!(
+            r.scrub("a sk-live-0123456789abcdef b HUNTER2 c SK-OTHER-FEDCBA9876543210"),
+            "a <redacted> b <redacted> c <redacted>"
+        );
+    }
+
+    // R16.11: a stretch that cuts a multi-byte character takes all of it,
+    // before and after, so the output is whole characters (and the text
+    // around is kept).
+    #[test]
+    fn r16_11_scrubbing_keeps_whole_characters() {
+        // `é` is C3 A9, `©` is C2 A9: a window starting at A9 matches.
+        let r = Redactor::new(["ésk-proj-abcdefghijkl"]);
+        assert_eq!(r.scrub("x ©sk-proj-abcdefghijkl y"), "x <redacted> y");
+        // `ê` is C3 AA: a window ending at C3 matches.
+        let r = Redactor::new(["sk-proj-abcdefghijklé"]);
+        assert_eq!(r.scrub("x sk-proj-abcdefghijklê y"), "x <redacted> y");
+    }
+
+    // R16.11: escapes beyond ASCII are decoded: `\u20ac`, a surrogate
+    // pair as Python's `json.dumps` writes it, C-style `\x..`, hex HTML
+    // references, and the JSON escapes of control characters (a PEM key in
+    // a service-account file has `\n` in it every 64 characters).
+    #[test]
+    fn r16_11_secrets_are_found_through_every_escape() {
+        // Mostly characters beyond ASCII, so every 12-byte window holds
+        // one whole (🚩 is U+1F6A9, `\ud83d\udea9`).
+        let key = "€🚩€🚩€🚩€";
+        let r = Redactor::new([key]);
+        let escaped: String = key.encode_utf16().map(|u| format!("\\u{u:04x}")).collect();
+        assert!(escaped.contains("\\u20ac") && escaped.contains("\\ud83d\\udea9"));
+        for form in [
+            escaped,
+            key.replace('€', "\\u20AC").replace('🚩', "\\uD83D\\uDEA9"),
+        ] {
+            let out = r.scrub(&form);
+            assert_eq!(out, "<redacted>", "{form}");
+        }
+        let key = "sk-proj-AbCdEf0123456789";
+        let r = Redactor::new([key]);
+        let c_style: String = key.bytes().map(|b| format!("\\x{b:02x}")).collect();
+        let html_hex: String = key.bytes().map(|b| format!("&#x{b:X};")).collect();
+        for form in [c_style, html_hex] {
+            assert_eq!(r.scrub(&format!("k={form}.")), "k=<redacted>.", "{form}");
+        }
+        // A lone low surrogate after an ordinary escape decodes to U+FFFD.
+        assert_eq!(
+            r.scrub("\\u0073\\udc00 sk-proj-AbCdEf0123456789"),
+            "\\u0073\\udc00 <redacted>"
+        );
+        // Control characters, each between pieces too short to match raw.
+        let pem = "line1\nline2\tline3\rline4\u{8}line5\u{c}line6";
+        let r = Redactor::new([pem]);
+        let json = serde_json::to_string(pem).unwrap();
+        assert!(json.contains("\\b") && json.contains("\\f"), "{json}");
+        assert_eq!(r.scrub(&json), "\"<redacted>\"");
+    }
+
+    // A parser message keeps what it quotes unless it is a value
+    // (`string "…"`) or looks like a secret, escaped quotes included.
+    #[test]
+    fn r16_11_scrub_quoted_cuts_values_and_secrets_only() {
+        for kept in [
+            r#"duplicate entry with key "order""#,
+            r#"keys "a" and "b", then "c"#,
+            r#"unclosed "quote"#,
+        ] {
+            assert_eq!(scrub_quoted(kept), kept);
+        }
+        assert_eq!(
+            scrub_quoted(r#"invalid value: string "abc", expected x"#),
+            r#"invalid value: string "…", expected x"#
+        );
+        assert_eq!(
+            scrub_quoted(r#"invalid value: string "a \"b\" \\", expected x"#),
+            r#"invalid value: string "…", expected x"#
+        );
+        assert_eq!(
+            scrub_quoted(r#"key "order" then key "sk-live-FAKE-01" at 3"#),
+            r#"key "order" then key "…" at 3"#
+        );
     }
 
     #[test]

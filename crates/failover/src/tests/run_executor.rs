@@ -928,6 +928,44 @@ async fn r3_2_heartbeat_clears_stale_auto_override() {
     let out = h.runner.run(&r, s.f()).await.unwrap();
     assert_eq!(out.model_ref(), "openai/gpt");
     assert_eq!(h.entry("s2").model_override.as_deref(), Some("gpt"));
+    // The next heartbeat, its re-probe spent, follows the override
+    // straight to openai/gpt: the origin is not even looked at.
+    advance(MINUTE_MS).await;
+    let out = h.runner.run(&r, s.f()).await.unwrap();
+    assert_eq!(out.model_ref(), "openai/gpt");
+    let seen: Vec<_> = out
+        .decisions
+        .iter()
+        .map(|d| d.from_model.as_str())
+        .collect();
+    assert!(!seen.contains(&"anthropic/claude"), "{seen:?}");
+    assert_eq!(h.entry("s2").model_override.as_deref(), Some("gpt"));
+}
+
+// R3.2, R11.5: only a heartbeat clears a stale auto override; an ordinary
+// turn follows it, and falls back from its origin.
+#[tokio::test(start_paused = true)]
+async fn r3_2_an_ordinary_turn_keeps_a_stale_auto_override() {
+    let h = setup(BASIC, KEYS);
+    h.store
+        .update_session("s1", |e| {
+            e.provider_override = Some("openai".into());
+            e.model_override = Some("gpt".into());
+            e.model_override_source = Some("auto".into());
+            e.model_override_fallback_origin_provider = Some("anthropic".into());
+            e.model_override_fallback_origin_model = Some("claude-old".into());
+        })
+        .unwrap();
+    let s = Script::default();
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(out.model_ref(), "openai/gpt");
+    assert_eq!(s.calls(), ["openai/gpt@openai:default"]);
+    let e = h.entry("s1");
+    assert_eq!(e.model_override.as_deref(), Some("gpt"));
+    assert_eq!(
+        e.model_override_fallback_origin_model.as_deref(),
+        Some("claude-old")
+    );
 }
 
 // R7.3, R10.4: a model-scoped rate limit does not block a sibling model
@@ -1242,4 +1280,86 @@ async fn r8_4_billing_doubles_per_billing_failure_not_per_failure() {
         st.disabled_until,
         Some(T0 + 2 * MINUTE_MS + 5 * 60 * MINUTE_MS)
     );
+}
+
+// R14.4: a candidate still usable on one of its profiles adds no expiry to
+// the summary, though another of its profiles cools: only the fallback's
+// cooldown tells when the chain is usable again. (Issue 36: a mutant that
+// let the usable candidate's cooling profile count survived.)
+#[tokio::test(start_paused = true)]
+async fn r14_4_a_usable_candidate_adds_no_expiry() {
+    // openai/gpt first, with a cooling profile and a usable one; the
+    // anthropic fallback is cooling.
+    let h = setup(
+        "agents: { defaults: { model: { primary: openai/gpt, fallbacks: [anthropic/claude] } } }",
+        &[
+            ("openai:a", "k-aaaaaaaa"),
+            ("openai:b", "k-bbbbbbbb"),
+            ("anthropic:x", "k-xxxxxxxx"),
+        ],
+    );
+    h.store
+        .update_state(|s| {
+            let a = s.stats_mut("openai:a");
+            a.cooldown_until = Some(T0 + 4 * MINUTE_MS);
+            a.cooldown_model = Some("gpt".into());
+            a.cooldown_reason = Some("rate_limit".into());
+            let x = s.stats_mut("anthropic:x");
+            x.cooldown_until = Some(T0 + 10 * MINUTE_MS);
+            x.cooldown_reason = Some("rate_limit".into());
+        })
+        .unwrap();
+    // An unrecognised error continues the chain (R9.1) without cooling
+    // openai:b, so openai/gpt stays usable.
+    // The cooling fallback is probed (R10.5) and still rate-limited; its
+    // window stands (R16.5).
+    let s = Script::default()
+        .on("openai/gpt", vec![msg("something odd happened")])
+        .on("anthropic/claude", vec![http(429, "Too many requests")]);
+    let err = h.runner.run(&req(), s.f()).await.unwrap_err();
+    assert_eq!(
+        s.calls(),
+        ["openai/gpt@openai:b", "anthropic/claude@anthropic:x"]
+    );
+    assert!(h.stats("openai:b").cooldown_until.is_none());
+    let RunError::Summary(sum) = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(sum.soonest_cooldown_expiry, Some(T0 + 10 * MINUTE_MS));
+    // R14.2: the probe's decision names the fallback's place in the chain.
+    let probe = sum
+        .decisions
+        .iter()
+        .find(|d| d.decision == DecisionKind::ProbeCooldownCandidate)
+        .expect("a probe decision");
+    assert_eq!(
+        (probe.from_model.as_str(), probe.position),
+        ("anthropic/claude", 2)
+    );
+}
+
+// R7.1, R8.1, R11: each candidate plans on the state as it is when its
+// turn comes, not as the run first read it: profiles disabled by the
+// first candidate's billing failures are not tried again for a sibling
+// model of the same provider.
+#[tokio::test(start_paused = true)]
+async fn r8_1_a_later_candidate_sees_the_disables_of_an_earlier_one() {
+    let h = setup(
+        "agents: { defaults: { model: { primary: openai/gpt, fallbacks: [openai/mini] } } }",
+        &[("openai:a", "k-aaaaaaaa"), ("openai:b", "k-bbbbbbbb")],
+    );
+    let s = Script::default().on(
+        "openai/gpt",
+        vec![http(402, "You have insufficient credits")],
+    );
+    let err = h.runner.run(&req(), s.f()).await.unwrap_err();
+    assert_eq!(s.calls(), ["openai/gpt@openai:a", "openai/gpt@openai:b"]);
+    for p in ["openai:a", "openai:b"] {
+        assert_eq!(
+            h.stats(p).disabled_reason.as_deref(),
+            Some("billing"),
+            "{p}"
+        );
+    }
+    assert!(matches!(err, RunError::Summary(_)), "{err:?}");
 }
