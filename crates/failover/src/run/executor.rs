@@ -1086,9 +1086,10 @@ impl Runner {
         if retried >= b.max || f.code.as_deref() == Some("ETIMEDOUT") {
             return None;
         }
+        // 429 and every 5xx (Anthropic's 529 `overloaded_error` included).
         let server = f
             .status
-            .is_some_and(|s| s == 429 || s == 529 || (500..600).contains(&s));
+            .is_some_and(|s| s == 429 || (500..600).contains(&s));
         let reset = f.status.is_none() && f.code.as_deref() == Some("ECONNRESET");
         if !server && !reset {
             return None;

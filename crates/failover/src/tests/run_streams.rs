@@ -130,8 +130,26 @@ async fn retry_budget_honours_retry_after() {
         .as_deref()
         .unwrap()
         .starts_with("retry 1 of 2 in 2000 ms"));
+    // R14.2: the retry's place in the chain; a rule decided it, so no
+    // model probability is shown.
+    assert_eq!(d.position, 1);
+    assert_eq!(d.classified_by, Some("rule"));
+    assert_eq!((d.probability, out.attempts[0].probability), (None, None));
     assert!(out.notices.is_empty(), "no fallback happened");
     assert_eq!(h.stats("anthropic:default").cooldown_until, None);
+}
+
+// R7.5: a `Retry-After` of exactly the cap (60 s) is still waited for;
+// only a longer one fails over at once.
+#[tokio::test(start_paused = true)]
+async fn r7_5_a_wait_of_exactly_the_cap_is_retried() {
+    let h = setup_with(BASIC, KEYS, with_budget(1));
+    let s = Script::default().on("anthropic/claude", vec![rate_limited(Some("60")), ok()]);
+    let t = tokio::time::Instant::now();
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(t.elapsed(), std::time::Duration::from_secs(60));
+    assert_eq!(out.model_ref(), "anthropic/claude");
+    assert_eq!(s.calls().len(), 2);
 }
 
 // Issue 32 item 4: a single 500 is retried after a full-jitter backoff
@@ -208,6 +226,28 @@ async fn what_the_retry_budget_never_retries() {
         ("deadline", timeout),
         ("billing", http(402, "Your credit balance is too low")),
         ("format", http(400, "messages: field required")),
+        // A status the budget never retries, whatever the reason.
+        ("auth", http(401, "Incorrect API key provided")),
+        // A retryable status, but a reason that is not retried: billing
+        // disables (OpenAI's quota 429, rules/30-billing.cases.yaml), a
+        // format error stops.
+        (
+            "billing under 429",
+            Err(AttemptError::Provider(
+                ProviderFailure::message(
+                    "You exceeded your current quota, please check your plan and billing details.",
+                )
+                .with_status(429)
+                .with_code("insufficient_quota"),
+            )),
+        ),
+        (
+            "format under 500",
+            http(
+                500,
+                "max_tokens: 200000 > 64000, which is the maximum allowed number of output tokens",
+            ),
+        ),
     ] {
         let h = setup_with(BASIC, KEYS, with_budget(3));
         let s = Script::default().on("anthropic/claude", vec![outcome]);
