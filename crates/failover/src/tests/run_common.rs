@@ -86,6 +86,17 @@ pub(crate) fn setup(yaml: &str, list: &[(&str, &str)]) -> H {
 
 /// [`setup`], the runner built further by `f` (retry budgets, windows).
 pub(crate) fn setup_with(yaml: &str, list: &[(&str, &str)], f: impl FnOnce(Runner) -> Runner) -> H {
+    setup_on(engine(), yaml, list, f)
+}
+
+/// [`setup_with`] on another engine (an operator layer, a model with
+/// another confidence).
+pub(crate) fn setup_on(
+    engine: Arc<Engine>,
+    yaml: &str,
+    list: &[(&str, &str)],
+    f: impl FnOnce(Runner) -> Runner,
+) -> H {
     let cfg = Arc::new(config(yaml));
     let dir = temp_state();
     let mut redis = None;
@@ -96,21 +107,21 @@ pub(crate) fn setup_with(yaml: &str, list: &[(&str, &str)], f: impl FnOnce(Runne
             let s = Arc::new(RealTime::connect(&server.url(), &dir));
             redis = Some(server);
             s.update_profiles(|p| *p = profiles(list)).unwrap();
-            (s.clone(), Runner::with_store(engine(), cfg, s).unwrap())
+            (s.clone(), Runner::with_store(engine, cfg, s).unwrap())
         }
         "sqlite" => {
             let s = Arc::new(SqliteStore::open(&dir, "main").unwrap());
             s.update_profiles(|p| *p = profiles(list)).unwrap();
-            (s.clone(), Runner::with_store(engine(), cfg, s).unwrap())
+            (s.clone(), Runner::with_store(engine, cfg, s).unwrap())
         }
         "files" => {
             let s = Arc::new(FileStore::open(&dir, "main").unwrap());
             s.update_profiles(|p| *p = profiles(list)).unwrap();
-            (s.clone(), Runner::new(engine(), cfg, s).unwrap())
+            (s.clone(), Runner::new(engine, cfg, s).unwrap())
         }
         _ => {
             let s = Arc::new(MemoryStore::new("main").with_profiles(profiles(list)));
-            (s.clone(), Runner::new(engine(), cfg, s).unwrap())
+            (s.clone(), Runner::new(engine, cfg, s).unwrap())
         }
     };
     let runner = f(runner

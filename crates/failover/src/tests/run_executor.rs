@@ -1363,3 +1363,31 @@ async fn r8_1_a_later_candidate_sees_the_disables_of_an_earlier_one() {
     }
     assert!(matches!(err, RunError::Summary(_)), "{err:?}");
 }
+
+// R14.2, R5 (the evidence model): a failure the model decided carries the
+// model's probability in its attempt record and its decision; a rule's
+// decision carries none. (The shipped model decides at 0.9; here any
+// confidence does, so an unknown text is the model's.)
+#[tokio::test(start_paused = true)]
+async fn r14_2_a_model_decision_shows_its_probability() {
+    let eager =
+        Arc::new(crate::Engine::builtin_rules().with_model(crate::evidence::builtin(), 0.0));
+    let h = setup_on(eager, BASIC, KEYS, |r| r);
+    let s = Script::default().on("anthropic/claude", vec![msg("zorp fnord quux")]);
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    let (a, d) = (&out.attempts[0], &out.decisions[0]);
+    assert_eq!(a.decided_by, Some("model"));
+    assert_eq!(d.classified_by, Some("model"));
+    let p = a.probability.expect("the model's probability");
+    assert!((0.0..=1.0).contains(&p), "{p}");
+    assert_eq!(d.probability, Some(p));
+
+    let h = setup(BASIC, KEYS);
+    let s = Script::default().on("anthropic/claude", vec![http(429, "Too many requests")]);
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(out.attempts[0].decided_by, Some("rule"));
+    assert_eq!(
+        (out.attempts[0].probability, out.decisions[0].probability),
+        (None, None)
+    );
+}

@@ -29,6 +29,7 @@ async fn skip_records_the_reason_and_moves_on() {
     let d = &out.decisions[1];
     assert_eq!(d.decision, DecisionKind::SkipCandidate);
     assert_eq!(d.to_model.as_deref(), Some("google/gemini"));
+    assert_eq!(d.position, 2, "R14.2: the candidate's place in the chain");
     assert_eq!(d.outcome, StepOutcome::NextFallback);
     assert_eq!(h.stats("openai:default").error_count, 0);
     assert!(h.stats("openai:default").cooldown_until.is_none());

@@ -172,6 +172,26 @@ async fn retry_budget_retries_a_server_error_with_jitter() {
     assert_eq!(s.calls().len(), 2);
 }
 
+// Issue 32 item 4: the backoff's ceiling doubles per retry (0.5, 1, 2, 4,
+// 8, 8 s with the 8 s cap), each wait drawn in full jitter under it. Six
+// waits summing to 0.5 s or less happen with a probability under 1e-7; a
+// ceiling that stopped growing would give at most 0.5 s in all.
+#[tokio::test(start_paused = true)]
+async fn retry_backoff_ceilings_double() {
+    let h = setup_with(BASIC, KEYS, with_budget(6));
+    let s = Script::default().on("anthropic/claude", vec![http(500, "Internal server error")]);
+    let t = tokio::time::Instant::now();
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    let waited = t.elapsed();
+    assert!(waited > std::time::Duration::from_millis(500), "{waited:?}");
+    assert!(
+        waited <= std::time::Duration::from_millis(23_500),
+        "{waited:?}"
+    );
+    assert_eq!(out.model_ref(), "openai/gpt");
+    assert_eq!(s.calls().len(), 8, "1 + 6 retries, then the fallback");
+}
+
 // Issue 32 item 4: a persistent 429 is bounded: 1 + `max` calls, the
 // backoffs under their ceilings (0.5 + 1 + 2 s: at most 4 calls in the
 // first 3.5 s, never hammering), then the cooldown is recorded once and
@@ -311,6 +331,25 @@ async fn r9_8_context_overflow_skips_to_a_larger_window() {
     assert_eq!(h.stats("anthropic:default").cooldown_until, None);
 }
 
+// R9.3, R9.8: only an overflow skips forward to a larger window; a format
+// error stops the run even when a larger window follows (the same payload
+// fails the same way anywhere).
+#[tokio::test(start_paused = true)]
+async fn r9_3_a_format_error_stops_before_a_larger_window() {
+    let h = setup_with(
+        BASIC,
+        KEYS,
+        windows(&[("anthropic/claude", 200_000), ("openai/gpt", 1_000_000)]),
+    );
+    let s = Script::default().on(
+        "anthropic/claude",
+        vec![http(400, "messages: field required")],
+    );
+    let err = h.runner.run(&req(), s.f()).await.unwrap_err();
+    assert_eq!(s.calls(), ["anthropic/claude@anthropic:default"]);
+    assert_eq!(err.attempts()[0].reason.as_deref(), Some("format"));
+}
+
 // SPEC R9.8 / R9.2: with the failed model's window unknown, or no later
 // window larger, the run stops with the overflow as it is.
 #[tokio::test(start_paused = true)]
@@ -435,4 +474,26 @@ async fn a_reset_before_the_head_is_retried_a_refused_connection_is_not() {
     let s = Script::default().on("anthropic/claude", vec![refused, ok()]);
     let out = h.runner.run(&req(), s.f()).await.unwrap();
     assert_eq!(out.model_ref(), "openai/gpt");
+}
+
+// R14.2: a retry the evidence model decided shows the model's probability
+// in its record and its decision, as every other step does. (The shipped
+// model decides at 0.9; here any confidence does, so a 501 no rule knows
+// is the model's.)
+#[tokio::test(start_paused = true)]
+async fn r14_2_a_retry_the_model_decided_shows_its_probability() {
+    let eager = std::sync::Arc::new(
+        crate::Engine::builtin_rules().with_model(crate::evidence::builtin(), 0.0),
+    );
+    let h = setup_on(eager, BASIC, KEYS, with_budget(1));
+    let s = Script::default().on("anthropic/claude", vec![http(501, "zorp fnord quux"), ok()]);
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    let (a, d) = (&out.attempts[0], &out.decisions[0]);
+    assert_eq!(a.outcome, AttemptOutcome::Retried, "{out:?}");
+    assert_eq!(
+        (a.decided_by, d.classified_by),
+        (Some("model"), Some("model"))
+    );
+    let p = a.probability.expect("the model's probability");
+    assert_eq!(d.probability, Some(p));
 }
