@@ -1303,6 +1303,88 @@ mod tests {
         assert_eq!((c.rule, c.truncated), (Some("x"), true));
     }
 
+    // The cut is on a character boundary before the limit: a character
+    // that straddles it is left out whole, and a short message is not cut.
+    #[test]
+    fn the_scan_cut_keeps_whole_characters() {
+        let e = engine("reason r { failover }\nrule x when message has \"xé\" => r");
+        let c = e.classify(&ProviderError::message("a short xé"));
+        assert_eq!((c.rule, c.truncated), (Some("x"), false));
+        let exact = "x".repeat(MAX_SCAN_BYTES);
+        assert!(!e.classify(&ProviderError::message(&exact)).truncated);
+        let straddling = format!("{}é tail", "x".repeat(MAX_SCAN_BYTES - 1));
+        let c = e.classify(&ProviderError::message(&straddling));
+        assert_eq!((c.rule, c.truncated), (None, true));
+    }
+
+    // docs/model.md: the names of the deciders in JSON and logs.
+    #[test]
+    fn decider_names_are_the_documented_ones() {
+        let names = [
+            Decider::Rule,
+            Decider::Model,
+            Decider::StatusRule,
+            Decider::None,
+        ]
+        .map(Decider::as_str);
+        assert_eq!(names, ["rule", "model", "status rule", "none"]);
+    }
+
+    // docs/model.md: the model overrules a rule that reads only the status
+    // (500 → timeout here), never one that reads the text; it may give
+    // only reasons the rules declare, never `unclassified`; its threshold
+    // is clamped to 0–1.
+    #[test]
+    fn the_model_overrules_status_rules_only() {
+        let rules = Engine::builtin_rules();
+        assert!(rules.model().is_none());
+        let bare = ProviderError::message("zorp fnord quux").with_status(500);
+        let c = rules.classify(&bare);
+        assert_eq!((c.reason, c.decided_by), ("timeout", Decider::StatusRule));
+
+        let eager = Engine::builtin_rules().with_model(builtin_model(), 0.0);
+        assert_eq!(eager.model().map(|(_, t)| t), Some(0.0));
+        assert_eq!(eager.classify(&bare).decided_by, Decider::Model);
+        let text = ProviderError::message("Too many requests").with_status(429);
+        let c = eager.classify(&text);
+        assert_eq!((c.reason, c.decided_by), ("rate_limit", Decider::Rule));
+
+        assert!(eager.model_may_give("billing"));
+        assert!(!eager.model_may_give("unclassified"));
+        assert!(!eager.model_may_give("no_such_reason"));
+        let clamp = |t: f32| {
+            Engine::builtin_rules()
+                .with_model(builtin_model(), t)
+                .model()
+                .map(|(_, t)| t)
+        };
+        assert_eq!(clamp(1.5), Some(1.0));
+        assert_eq!(clamp(-1.0), Some(0.0));
+        assert_eq!(clamp(f32::NAN), Some(DEFAULT_MIN_CONFIDENCE));
+        assert!(eager.without_model().model().is_none());
+    }
+
+    // The declared reasons, in declaration order, and their behaviour;
+    // compile warnings stay with the engine.
+    #[test]
+    fn reasons_behaviours_and_warnings_are_the_rules() {
+        let e = engine(
+            "reason r { failover; disable billing }\n\
+             rule a when message has \"x\" => r\n\
+             rule b when message has \"x\" => r",
+        );
+        assert_eq!(e.reason_names().collect::<Vec<_>>(), ["unclassified", "r"]);
+        assert!(e
+            .behaviour("r")
+            .is_some_and(|b| b.failover && b.disable.is_some()));
+        assert!(e
+            .behaviour("unclassified")
+            .is_some_and(|b| b.disable.is_none()));
+        assert!(e.behaviour("nope").is_none());
+        let w: Vec<_> = e.warnings().iter().map(|d| d.code).collect();
+        assert_eq!(w, [crate::diag::Code::W001], "rule b can never win");
+    }
+
     #[test]
     fn explain_lists_atoms_and_verified_rules() {
         let e = engine("reason r { failover }\nrule a when message has \"quota\" and status == 500 => r\nrule b when message has \"quota\" => r");
