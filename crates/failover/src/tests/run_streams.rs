@@ -497,3 +497,33 @@ async fn r14_2_a_retry_the_model_decided_shows_its_probability() {
     let p = a.probability.expect("the model's probability");
     assert_eq!(d.probability, Some(p));
 }
+
+// R10.1, issue 32 item 4: a reason that skips the provider is never
+// retried, even one an operator declares without a disable (the shipped
+// `auth_permanent` has both, so an operator layer tells them apart).
+#[tokio::test(start_paused = true)]
+async fn a_reason_that_skips_the_provider_is_not_retried() {
+    let dir = failover_testkit::temp_root("run", "skip-provider");
+    std::fs::write(
+        dir.join("gone.rules"),
+        "reason gone { failover; skip provider }\nrule gone.text when message has \"provider gone\" => gone\n",
+    )
+    .unwrap();
+    let build = crate::load::build_unlinted(&[dir.clone()], true).unwrap();
+    let engine = std::sync::Arc::new(crate::Engine::from_build(build).unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+    let h = setup_on(engine, BASIC, KEYS, with_budget(3));
+    let s = Script::default().on(
+        "anthropic/claude",
+        vec![http(503, "provider gone for good")],
+    );
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(out.attempts[0].reason.as_deref(), Some("gone"));
+    assert_eq!(
+        s.calls(),
+        [
+            "anthropic/claude@anthropic:default",
+            "openai/gpt@openai:default"
+        ]
+    );
+}
