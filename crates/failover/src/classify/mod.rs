@@ -1349,6 +1349,33 @@ mod tests {
         let c = eager.classify(&text);
         assert_eq!((c.reason, c.decided_by), ("rate_limit", Decider::Rule));
 
+        // Where the model overrules, the verdict is wholly its reason's
+        // ("the prompt" under a 500: an overflow, which stops, not the
+        // status rule's timeout, which fails over); the status rule is
+        // kept as the one overruled. It decides at its threshold exactly.
+        let prompt = ProviderError::message("the prompt").with_status(500);
+        let c = eager.classify(&prompt);
+        assert_eq!(
+            (c.reason, c.decided_by),
+            ("context_overflow", Decider::Model)
+        );
+        assert_eq!(
+            c.reason_id,
+            eager.ruleset().reason_id("context_overflow").unwrap()
+        );
+        assert!(!c.failover);
+        assert_eq!(c.behaviour.handoff.as_deref(), Some("compaction"));
+        assert_eq!((c.rule, c.overruled), (None, Some("timeout.status_5xx")));
+        let p = c.probability.expect("the model's probability");
+        let at = |t: f32| {
+            Engine::builtin_rules()
+                .with_model(builtin_model(), t)
+                .classify(&prompt)
+                .decided_by
+        };
+        assert_eq!(at(p), Decider::Model);
+        assert_eq!(at(f32::from_bits(p.to_bits() + 1)), Decider::StatusRule);
+
         assert!(eager.model_may_give("billing"));
         assert!(!eager.model_may_give("unclassified"));
         assert!(!eager.model_may_give("no_such_reason"));
