@@ -1265,6 +1265,20 @@ mod tests {
         assert_eq!((c.rule, c.status), (Some("m"), Some(429)));
     }
 
+    // The caller's message and the body's message (and `raw`) are read as
+    // lines of one text: a word at the start of one line is a word, not
+    // glued to the end of the other.
+    #[test]
+    fn message_parts_are_separate_lines() {
+        let e = engine("reason r { failover }\nrule q when message matches /\\bquota\\b/ => r");
+        let body = r#"{"error":{"message":"quota exceeded","metadata":{"raw":"quota again"}}}"#;
+        let c = e.classify(&ProviderError::message("rate").with_body(Body::Text(body)));
+        assert_eq!(c.rule, Some("q"));
+        let body = r#"{"error":{"message":"limit","metadata":{"raw":"quota"}}}"#;
+        let c = e.classify(&ProviderError::default().with_body(Body::Text(body)));
+        assert_eq!(c.rule, Some("q"));
+    }
+
     #[test]
     fn raw_body_predicates_see_json_bodies_however_given() {
         let e = engine("reason r { failover }\nrule b when body has \"\\\"weird\\\"\" => r");

@@ -322,6 +322,7 @@ async fn r9_8_context_overflow_skips_to_a_larger_window() {
     assert_eq!(out.attempts[0].reason.as_deref(), Some("context_overflow"));
     assert_eq!(out.attempts[1].outcome, AttemptOutcome::Skipped);
     assert!(out.attempts[1].error.as_deref().unwrap().contains("128000"));
+    assert_eq!(out.decisions[0].position, 1, "R14.2");
     assert_eq!(
         out.decisions[0].to_model.as_deref(),
         Some("google/gemini"),
