@@ -1265,6 +1265,33 @@ mod tests {
         assert_eq!((c.rule, c.status), (Some("m"), Some(429)));
     }
 
+    // A body that is not JSON (an HTML error page) is read as the message
+    // only when the caller gave none: the caller's message is kept.
+    #[test]
+    fn a_body_that_is_not_json_does_not_replace_the_message() {
+        let e = engine("reason r { failover }\nrule m when message has \"rate limited\" => r\nrule h when message has \"bad gateway\" => r");
+        let html = "<html><body>Bad Gateway</body></html>";
+        let c = e.classify(&ProviderError::message("rate limited").with_body(Body::Text(html)));
+        assert_eq!(c.rule, Some("m"));
+        let c = e.classify(&ProviderError::default().with_body(Body::Text(html)));
+        assert_eq!(c.rule, Some("h"));
+    }
+
+    // What `explain` shows as the text read: a body's message that the
+    // caller's message already says is not added again.
+    #[test]
+    fn explain_shows_each_part_of_the_message_once() {
+        let e = engine("reason r { failover }\nrule q when message has \"quota\" => r");
+        let body = r#"{"error":{"message":"Quota exceeded","metadata":{"raw":""}}}"#;
+        let err = ProviderError::message("Quota exceeded").with_body(Body::Text(body));
+        let (c, ex) = e.explain(&err);
+        assert_eq!((c.rule, ex.message.as_str()), (Some("q"), "Quota exceeded"));
+        let body = r#"{"error":{"message":"for this month"}}"#;
+        let (_, ex) =
+            e.explain(&ProviderError::message("Quota exceeded").with_body(Body::Text(body)));
+        assert_eq!(ex.message, "Quota exceeded\nfor this month");
+    }
+
     // The caller's message and the body's message (and `raw`) are read as
     // lines of one text: a word at the start of one line is a word, not
     // glued to the end of the other.

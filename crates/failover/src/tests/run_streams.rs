@@ -358,6 +358,8 @@ async fn r9_8_without_a_larger_window_the_overflow_stops_the_run() {
     for list in [
         &[("openai/gpt", 1_000_000u64)][..],
         &[("anthropic/claude", 200_000), ("openai/gpt", 100_000)][..],
+        // The same window is not a larger one.
+        &[("anthropic/claude", 200_000), ("openai/gpt", 200_000)][..],
         &[][..],
     ] {
         let h = setup_with(BASIC, KEYS, windows(list));
