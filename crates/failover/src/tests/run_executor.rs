@@ -1391,3 +1391,49 @@ async fn r14_2_a_model_decision_shows_its_probability() {
         (None, None)
     );
 }
+
+// R6.5, R11.3: a user's `/model …@profile` written during the run, naming
+// the very profile the session was auto-pinned to when the run read it,
+// is the user's pin now: the run's own new pin (after a compaction it
+// moves on to the next profile, R6.6) does not replace it.
+#[tokio::test(start_paused = true)]
+async fn r6_5_a_user_pin_of_the_auto_pinned_profile_stays_the_users() {
+    let h = setup(
+        BASIC,
+        &[("anthropic:a", "k-aaaaaaaa"), ("anthropic:b", "k-bbbbbbbb")],
+    );
+    // Pinned before a compaction: this run moves the auto pin on (R6.6).
+    h.store
+        .update_session("s1", |e| {
+            e.auth_profile_override = Some("anthropic:a".into());
+            e.auth_profile_override_source = Some("auto".into());
+            e.auth_profile_override_compaction_count = Some(0);
+            e.compaction_count = Some(1);
+        })
+        .unwrap();
+    let runner = h.runner.clone();
+    let f = move |a: crate::run::Attempt| {
+        let runner = runner.clone();
+        async move {
+            assert_eq!(a.profile_id.as_deref(), Some("anthropic:b"));
+            runner
+                .set_user_model(
+                    "s1",
+                    &ModelRef::parse("anthropic/claude").unwrap(),
+                    Some("anthropic:a"),
+                )
+                .unwrap();
+            Ok::<_, AttemptError>(a.model.clone())
+        }
+    };
+    h.runner.run(&req(), f).await.unwrap();
+    let e = h.entry("s1");
+    assert_eq!(
+        (
+            e.auth_profile_override.as_deref(),
+            e.auth_profile_override_source.as_deref()
+        ),
+        (Some("anthropic:a"), Some("user")),
+        "{e:?}"
+    );
+}
