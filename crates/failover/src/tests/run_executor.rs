@@ -1225,7 +1225,10 @@ async fn r11_4_concurrent_profile_pin_survives_rollback() {
             }
         }
     };
-    h.runner.run(&req(), f).await.unwrap();
+    let out = h.runner.run(&req(), f).await.unwrap();
+    // R13: the model is the user's now: no fallback notice is told or
+    // recorded for the run that answered on another model.
+    assert!(out.notices.is_empty(), "{:?}", out.notices);
     let e = h.entry("s1");
     assert_eq!(
         (
@@ -1242,6 +1245,7 @@ async fn r11_4_concurrent_profile_pin_survives_rollback() {
         ),
         "{e:?}"
     );
+    assert_eq!(e.fallback_notice_active_model, None, "{e:?}");
 }
 
 // R8.4, R16.6: the billing disable doubles per failure *of that reason*:
@@ -1435,5 +1439,28 @@ async fn r6_5_a_user_pin_of_the_auto_pinned_profile_stays_the_users() {
         ),
         (Some("anthropic:a"), Some("user")),
         "{e:?}"
+    );
+}
+
+// R13.1, R13.3: a notice per state change: the same selection falling back
+// to another model is a new state, told again.
+#[tokio::test(start_paused = true)]
+async fn r13_3_a_new_active_model_is_told_again() {
+    let h = setup(THREE, KEYS);
+    let s = Script::default().on("anthropic/claude", vec![http(429, "Too many requests")]);
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(out.model_ref(), "openai/gpt");
+    assert_eq!(out.notices.len(), 1, "{:?}", out.notices);
+    // The next turn: claude is still cooling, gpt fails, gemini answers.
+    let s = Script::default().on("openai/gpt", vec![http(503, "Service overloaded")]);
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(out.model_ref(), "google/gemini");
+    assert_eq!(
+        out.notices,
+        [Notice::FallbackStarted {
+            selected: "anthropic/claude".into(),
+            active: "google/gemini".into(),
+            reason: "overloaded".into(),
+        }]
     );
 }
