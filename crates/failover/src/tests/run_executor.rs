@@ -1464,3 +1464,27 @@ async fn r13_3_a_new_active_model_is_told_again() {
         }]
     );
 }
+
+// R6.4, R11.3: a run whose success record waits for the answer (the
+// gateway's kept sessions) still settles what the session needs now: the
+// first run's auto pin is written at once.
+#[tokio::test(start_paused = true)]
+async fn r6_4_a_deferred_success_still_writes_the_first_pin() {
+    let h = setup(BASIC, KEYS);
+    let mut r = req();
+    r.defer_success_record = true;
+    let out = h.runner.run(&r, Script::default().f()).await.unwrap();
+    assert_eq!(out.model_ref(), "anthropic/claude");
+    let e = h.entry("s1");
+    assert_eq!(
+        (
+            e.auth_profile_override.as_deref(),
+            e.auth_profile_override_source.as_deref()
+        ),
+        (Some("anthropic:default"), Some("auto")),
+        "{e:?}"
+    );
+    // Nothing else to settle on the next turn: only the success waits.
+    let out = h.runner.run(&r, Script::default().f()).await.unwrap();
+    assert!(out.deferred.is_some());
+}
