@@ -1735,5 +1735,9 @@ mod tests {
         let elsewhere = String::from("xx Rate limit");
         assert!(says(message, &elsewhere[3..]));
         assert!(!says(message, &elsewhere));
+        // Beside the message in one buffer, not inside it: searched.
+        let buf = "Rate limit quota";
+        assert!(!says(&buf[..10], &buf[11..]));
+        assert!(!says(&buf[11..], &buf[..10]));
     }
 }
