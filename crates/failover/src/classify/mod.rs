@@ -1323,6 +1323,25 @@ mod tests {
         );
         assert_eq!(e.classify(&ProviderError::message(t)).rule, Some("b"));
         assert_eq!(e.classify(&ProviderError::message("weird")).rule, None);
+        // Read under a `not` too: the body is there to be tested.
+        let e = engine(
+            "reason r { failover }\nrule n when status == 500 and not body has \"weird\" => r",
+        );
+        let err = ProviderError::default().with_status(500);
+        assert_eq!(e.classify(&err.with_body(Body::Json(&v))).rule, None);
+        assert_eq!(e.classify(&err).rule, Some("n"));
+    }
+
+    // What counts as JSON to parse: an object, or an array of objects;
+    // text that only starts like one is not.
+    #[test]
+    fn looks_like_json_wants_both_ends() {
+        for json in ["{}", " {\"a\": 1} ", "[{\"a\": 1}]", "[ {}]"] {
+            assert!(looks_like_json(json), "{json}");
+        }
+        for text in ["{ not closed", "[1, 2]", "[{} and more", "x {}", "[]", ""] {
+            assert!(!looks_like_json(text), "{text}");
+        }
     }
 
     #[test]
