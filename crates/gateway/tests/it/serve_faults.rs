@@ -256,6 +256,32 @@ async fn r14_3_exhausted_without_cooldowns_is_503() {
     gw.stop().await;
 }
 
+// SPEC R14.3: Retry-After says when waiting helps, so only when every
+// candidate is cooling: one rate-limited (and cooling) and one whose model
+// does not exist is a 503 without it (issue 36: a mutant that gave it
+// whenever any attempt was made survived).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r14_3_a_partly_cooling_chain_has_no_retry_after() {
+    let gw = Gw::start("partlycooling", Setup::default()).await;
+    gw.prim.push(Reply::Http {
+        status: 429,
+        headers: vec![("retry-after".into(), "20".into())],
+        body: r#"{"error":{"message":"Too many requests"}}"#.into(),
+    });
+    gw.back.push(error(
+        404,
+        r#"{"error":{"message":"The model `model-b` does not exist","code":"model_not_found"}}"#,
+    ));
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert!(r.header("retry-after").is_none(), "{:?}", r.headers);
+    let v = r.json();
+    let attempts = v["error"]["failover"]["attempts"].as_array().unwrap();
+    let reasons: Vec<_> = attempts.iter().map(|a| a["reason"].clone()).collect();
+    assert_eq!(reasons, ["rate_limit", "model_not_found"]);
+    gw.stop().await;
+}
+
 // SPEC R8.5, R16.7: Anthropic's 529 overloaded moves on (one profile, so
 // to the next model) and cools the profile; cross-protocol here: an
 // Anthropic client answered by an OpenAI-compatible fallback.
