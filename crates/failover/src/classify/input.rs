@@ -526,6 +526,8 @@ mod tests {
             r#"{"error": {"message": 12, "metadata": [1]}, "status": 999}"#,
             r#"{"message": "a", "message": "b"}"#,
             r#"[{"error": {"code": 429, "message": "x"}}]"#,
+            // A code inside the error: the top level's is not read.
+            r#"{"error": {"message": "m", "code": "invalid_key"}, "code": 503}"#,
             r#"{}"#,
         ];
         let mut fast = 0;

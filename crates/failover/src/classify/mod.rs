@@ -1332,6 +1332,29 @@ mod tests {
         assert_eq!(e.classify(&err).rule, Some("n"));
     }
 
+    // The builders a caller states an error with: each field is read by
+    // the rules that test it. A body path walks arrays by index.
+    #[test]
+    fn every_field_of_an_error_reaches_the_rules() {
+        let e = engine(
+            "reason r { failover }\n\
+             rule p when provider == \"openrouter\" => r\n\
+             rule m when model == \"gpt-x\" => r\n\
+             rule c when code == \"insufficient_quota\" => r\n\
+             rule t when type == \"overloaded_error\" => r\n\
+             rule a when body.errors.1.reason == \"quota\" => r",
+        );
+        let base = || ProviderError::message("something");
+        let rule = |err: ProviderError| e.classify(&err).rule;
+        assert_eq!(rule(base().with_provider("OpenRouter")), Some("p"));
+        assert_eq!(rule(base().with_model("gpt-x")), Some("m"));
+        assert_eq!(rule(base().with_code("insufficient_quota")), Some("c"));
+        assert_eq!(rule(base().with_type("overloaded_error")), Some("t"));
+        assert_eq!(rule(base()), None);
+        let body = r#"{"errors": [{"reason": "other"}, {"reason": "quota"}]}"#;
+        assert_eq!(rule(base().with_body(Body::Text(body))), Some("a"));
+    }
+
     // What counts as JSON to parse: an object, or an array of objects;
     // text that only starts like one is not.
     #[test]
