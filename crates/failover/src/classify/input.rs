@@ -528,6 +528,8 @@ mod tests {
             r#"[{"error": {"code": 429, "message": "x"}}]"#,
             // A code inside the error: the top level's is not read.
             r#"{"error": {"message": "m", "code": "invalid_key"}, "code": 503}"#,
+            // An empty code is no code.
+            r#"{"error": {"message": "m", "code": ""}}"#,
             r#"{}"#,
         ];
         let mut fast = 0;
@@ -540,6 +542,13 @@ mod tests {
             }
         }
         assert!(fast >= 13, "the fast path declined too often: {fast}");
+        // And the two cases above, as values.
+        let e = extract_text(r#"{"error": {"message": "m", "code": "invalid_key"}, "code": 503}"#)
+            .unwrap();
+        assert_eq!((e.code.as_deref(), e.status), (Some("invalid_key"), None));
+        let empty = json!({"error": {"message": "m", "code": ""}});
+        let e = extract(&empty);
+        assert_eq!((e.code.as_deref(), e.status), (None, None));
     }
 
     #[test]
