@@ -512,7 +512,7 @@ async fn a_reason_that_skips_the_provider_is_not_retried() {
         "reason gone { failover; skip provider }\nrule gone.text when message has \"provider gone\" => gone\n",
     )
     .unwrap();
-    let build = crate::load::build_unlinted(&[dir.clone()], true).unwrap();
+    let build = crate::load::build_unlinted(std::slice::from_ref(&dir), true).unwrap();
     let engine = std::sync::Arc::new(crate::Engine::from_build(build).unwrap());
     let _ = std::fs::remove_dir_all(&dir);
     let h = setup_on(engine, BASIC, KEYS, with_budget(3));
