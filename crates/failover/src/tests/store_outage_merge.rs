@@ -33,6 +33,14 @@ async fn a_success_during_an_outage_is_not_undone_by_the_merge() {
     let b = RedisStore::connect(&server.url(), "merge:", &dir, "main")
         .await
         .unwrap();
+    // What errors and `status` name the store by (R16.11: a URL's password
+    // would be masked, `redact_url`).
+    assert_eq!(a.server(), server.url());
+    let shown = format!("{a:?}");
+    assert!(
+        shown.starts_with("RedisStore") && shown.contains(&server.url()),
+        "{shown}"
+    );
     let behaviour = {
         let e = Engine::builtin();
         let rs = e.ruleset();
