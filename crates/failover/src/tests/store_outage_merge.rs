@@ -96,3 +96,48 @@ async fn a_success_during_an_outage_is_not_undone_by_the_merge() {
     assert_eq!(s.last_failure_at, Some(t0), "the failure's time is kept");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// R11.5, R12.2 on Redis: the skip cache and the re-probe clock are per
+// session (a key per session, hex-encoded), `/new` forgets one session's
+// entries only, and `clear` (`state import --replace`) removes them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r12_2_shared_tables_are_per_session() {
+    use crate::store::SharedTables;
+    let Some(server) = RedisServer::start() else {
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("failover-tables-{}", std::process::id()));
+    let s = RedisStore::connect(&server.url(), "tables:", &dir, "main")
+        .await
+        .unwrap();
+    let now = now_ms();
+    let until = now + 60_000;
+    s.skip_put("s1", "openai", "gpt", "auth", until)
+        .await
+        .unwrap();
+    s.skip_put("s:2", "openai", "gpt", "billing", until)
+        .await
+        .unwrap();
+    let skip = |session: &'static str| s.skip_get(session, "openai", "gpt", now);
+    assert_eq!(skip("s1").await.unwrap().as_deref(), Some("auth"));
+    assert_eq!(skip("s:2").await.unwrap().as_deref(), Some("billing"));
+    assert_eq!(skip("s3").await.unwrap(), None);
+    let due = |session: &'static str| s.take_reprobe(session, "anthropic/claude", now, 60_000);
+    assert!(due("s1").await.unwrap());
+    assert!(
+        !due("s1").await.unwrap(),
+        "taken: not due again within the interval"
+    );
+    assert!(due("s:2").await.unwrap(), "another session's clock");
+
+    s.forget_session("s1").await.unwrap();
+    assert_eq!(skip("s1").await.unwrap(), None);
+    assert!(due("s1").await.unwrap(), "forgotten: due again");
+    assert_eq!(skip("s:2").await.unwrap().as_deref(), Some("billing"));
+
+    s.clear().await.unwrap();
+    assert_eq!(skip("s:2").await.unwrap(), None);
+    assert!(due("s:2").await.unwrap(), "cleared");
+    let _ = std::fs::remove_dir_all(&dir);
+}
