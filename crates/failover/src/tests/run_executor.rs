@@ -1484,7 +1484,9 @@ async fn r6_4_a_deferred_success_still_writes_the_first_pin() {
         (Some("anthropic:default"), Some("auto")),
         "{e:?}"
     );
-    // Nothing else to settle on the next turn: only the success waits.
+    // Nothing else to settle on the next turn: only the success waits, on
+    // a local backend (on Redis the settling step is one round trip
+    // anyway, so nothing waits).
     let out = h.runner.run(&r, Script::default().f()).await.unwrap();
-    assert!(out.deferred.is_some());
+    assert_eq!(out.deferred.is_some(), backend() != "redis");
 }
