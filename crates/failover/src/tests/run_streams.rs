@@ -175,7 +175,8 @@ async fn retry_budget_retries_a_server_error_with_jitter() {
 // Issue 32 item 4: the backoff's ceiling doubles per retry (0.5, 1, 2, 4,
 // 8, 8 s with the 8 s cap), each wait drawn in full jitter under it. Six
 // waits summing to 0.5 s or less happen with a probability under 1e-7; a
-// ceiling that stopped growing would give at most 0.5 s in all.
+// ceiling that fell to 0 after the first retry (`1 >> n` for `1 << n`)
+// would give at most 0.5 s in all.
 #[tokio::test(start_paused = true)]
 async fn retry_backoff_ceilings_double() {
     let h = setup_with(BASIC, KEYS, with_budget(6));
