@@ -158,19 +158,7 @@ mod tests {
         assert_eq!(h.write_failures(), 1);
     }
 
-    /// A `tracing` writer into a shared buffer.
-    #[derive(Clone, Default)]
-    struct Buf(std::sync::Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::tests::LogBuf as Buf;
 
     // Issue 30: a burst of failed writes logs its first at once and counts
     // the rest (no line per failure within LOG_INTERVAL); the recovery is

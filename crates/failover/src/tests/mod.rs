@@ -7,6 +7,21 @@
 
 use std::path::PathBuf;
 
+/// A `tracing` writer into a shared buffer, for the tests that read what
+/// was logged (`.0` holds the bytes).
+#[derive(Clone, Default)]
+pub(crate) struct LogBuf(pub(crate) std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 mod fuzz_readers;
 mod golden_cases;
 mod matcher_agrees;

@@ -5,23 +5,8 @@
 //! its first line now and then when it shared a binary with the other
 //! executor tests): [`idle_dispatcher`] keeps a second one alive.
 
-use std::sync::{Arc, Mutex};
-
 use super::run_common::*;
-
-/// A `tracing` writer into a shared buffer.
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Buf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use super::LogBuf as Buf;
 
 // R14.2, R16.11: `model_fallback_decision` events carry the flat step
 // fields, enough to rebuild the primary failure, and no secret.

@@ -371,19 +371,7 @@ async fn r9_8_without_a_larger_window_the_overflow_stops_the_run() {
     }
 }
 
-/// A `tracing` writer into a shared buffer.
-#[derive(Clone, Default)]
-struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Buf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use super::LogBuf as Buf;
 
 // Issue 32 items 2 and 4, R14.2: a continuation's decisions are steps of
 // type `continuation`; a retry is a `retry_same_candidate` decision.
