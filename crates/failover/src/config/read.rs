@@ -512,7 +512,6 @@ impl Reader {
     fn profile(&mut self, id: &str, v: &Value) -> Option<ProfileMeta> {
         let map = self.mapping(v)?;
         const META: [&str; 4] = ["provider", "mode", "type", "email"];
-        const MODES: [&str; 4] = ["api_key", "oauth", "token", "aws"];
         // A key whose name says it holds a secret (`apiKey`, `accessToken`,
         // `client-secret`) is not an unknown key but a secret in the wrong
         // place. The value is never read, stored or shown.
@@ -544,14 +543,11 @@ impl Reader {
             self.key(k, |r| match k {
                 "provider" => provider = r.string(v, "a provider id"),
                 "mode" | "type" => {
-                    let Some(s) = r.string(v, "`api_key`, `oauth`, `token` or `aws`") else {
+                    let Some(s) = r.string(v, CredentialKind::EXPECTED) else {
                         return;
                     };
-                    mode = match s.as_str() {
-                        "api_key" => Some(CredentialKind::ApiKey),
-                        "oauth" => Some(CredentialKind::OAuth),
-                        "token" => Some(CredentialKind::Token),
-                        "aws" => Some(CredentialKind::Aws),
+                    mode = match CredentialKind::from_name(&s) {
+                        known @ Some(_) => known,
                         // The value is never echoed, whatever its shape: a
                         // mode field is where a pasted credential lands, and
                         // no shape test can tell a secret from a word (a
@@ -559,14 +555,18 @@ impl Reader {
                         // message says what is allowed instead, and a near
                         // miss (`OAuth`, `apikey`) names the known mode,
                         // which shows nothing of the value.
-                        other => {
-                            let help = did_you_mean(other.trim(), MODES)
+                        None => {
+                            let names = CredentialKind::ALL.map(CredentialKind::name);
+                            let help = did_you_mean(s.trim(), names)
                                 .map(|m| format!("did you mean `{m}`?"))
                                 .unwrap_or_else(|| {
                                     "the value is not shown, in case it is a secret".to_string()
                                 });
                             r.error_help(
-                                "unknown credential mode: expected `api_key`, `oauth`, `token` or `aws`",
+                                format!(
+                                    "unknown credential mode: expected {}",
+                                    CredentialKind::EXPECTED
+                                ),
                                 help,
                             );
                             // The source line would show the value.

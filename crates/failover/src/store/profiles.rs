@@ -69,6 +69,10 @@ impl CredentialKind {
         CredentialKind::Aws,
     ];
 
+    /// The names of [`CredentialKind::ALL`] as messages list what is
+    /// expected (a test keeps the two in step).
+    pub const EXPECTED: &'static str = "`api_key`, `oauth`, `token` or `aws`";
+
     /// The kind's name in `auth-profiles.json` (`api_key`, `oauth`,
     /// `token`, `aws`).
     pub fn name(self) -> &'static str {
@@ -466,7 +470,12 @@ fn parse_profile(id: &str, v: &Value) -> Result<Profile, String> {
     let ty = match obj.get("type") {
         Some(Value::String(s)) => s.as_str(),
         Some(_) => return Err("field `type` must be a string".into()),
-        None => return Err("missing field `type` (`api_key`, `oauth`, `token` or `aws`)".into()),
+        None => {
+            return Err(format!(
+                "missing field `type` ({})",
+                CredentialKind::EXPECTED
+            ))
+        }
     };
     let Some(kind) = CredentialKind::from_name(ty) else {
         // Echo the type only when it looks like a type name, not a pasted key.
@@ -480,7 +489,8 @@ fn parse_profile(id: &str, v: &Value) -> Result<Profile, String> {
             String::new()
         };
         return Err(format!(
-            "unknown credential type{shown} (expected `api_key`, `oauth`, `token` or `aws`)"
+            "unknown credential type{shown} (expected {})",
+            CredentialKind::EXPECTED
         ));
     };
     let provider =
@@ -756,6 +766,19 @@ pub fn normalize_provider(p: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expected_names_every_kind() {
+        let mut listed: Vec<&str> = CredentialKind::EXPECTED
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .collect();
+        let mut names = CredentialKind::ALL.map(CredentialKind::name).to_vec();
+        listed.sort_unstable();
+        names.sort_unstable();
+        assert_eq!(listed, names);
+    }
 
     const SECRET: &str = "sk-live-TOPSECRET-0123456789";
 
