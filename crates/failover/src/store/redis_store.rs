@@ -1610,6 +1610,174 @@ mod tests {
         assert_eq!(m.last_failure_at, Some(T + 20_000));
     }
 
+    // A success the server already holds (the same `lastUsed`) is not a
+    // new one: it resets nothing, and the merge keeps the server's window
+    // and count (only a success newer than every known one clears them).
+    #[test]
+    fn a_success_the_server_already_holds_resets_nothing() {
+        let mut remote = cooling(T - 1_000, T + 600_000, None);
+        remote.last_used = Some(T);
+        let local = UsageStats {
+            last_used: Some(T),
+            ..Default::default()
+        };
+        let m = merge_stats(None, Some(&remote), &local);
+        assert_eq!((m.error_count, m.cooldown_until), (2, Some(T + 600_000)));
+    }
+
+    // A model-scoped window another replica set meanwhile is kept by a
+    // newer success only when it ends later than the success's own; at an
+    // equal deadline the success's record stands, its reason and counts.
+    #[test]
+    fn an_equal_scoped_window_leaves_the_successs_record() {
+        let base = UsageStats {
+            last_used: Some(T - 60_000),
+            ..Default::default()
+        };
+        let mut remote = cooling(T + 30_000, T + 600_000, Some("other"));
+        remote.error_count = 4;
+        remote.cooldown_reason = Some("overloaded".into());
+        let mut local = cooling(T + 20_000, T + 600_000, Some("other"));
+        local.error_count = 1;
+        local.last_used = Some(T + 60_000);
+        let m = merge_stats(Some(Some(&base)), Some(&remote), &local);
+        assert_eq!(m.error_count, 1);
+        assert_eq!(m.cooldown_reason.as_deref(), Some("rate_limit"));
+        // A later one is theirs, with its reason and the larger count.
+        remote.cooldown_until = Some(T + 900_000);
+        let m = merge_stats(Some(Some(&base)), Some(&remote), &local);
+        assert_eq!(m.error_count, 4);
+        assert_eq!(m.cooldown_reason.as_deref(), Some("overloaded"));
+    }
+
+    // Failures on both sides: each deadline takes the later one with its
+    // reason; on a tie the server's reason stays (what other replicas
+    // already read), for cooldowns and disables alike (R8).
+    #[test]
+    fn each_deadline_keeps_the_later_ones_reason_and_the_servers_on_a_tie() {
+        let base = cooling(T, T + 60_000, None);
+        let disabled = |until: u64, reason: &str| {
+            let mut s = cooling(T + 10_000, T + 120_000, None);
+            s.cooldown_reason = Some(format!("{reason} cooldown"));
+            s.disabled_until = Some(until);
+            s.disabled_reason = Some(reason.into());
+            s
+        };
+        let remote = disabled(T + 5 * 3_600_000, "billing");
+        // The local disable ends later: it stands, with its reason.
+        let local = disabled(T + 10 * 3_600_000, "auth_permanent");
+        let m = merge_stats(Some(Some(&base)), Some(&remote), &local);
+        assert_eq!(m.disabled_until, Some(T + 10 * 3_600_000));
+        assert_eq!(m.disabled_reason.as_deref(), Some("auth_permanent"));
+        // It ends earlier: the server's stands (never shortened).
+        let local = disabled(T + 3_600_000, "auth_permanent");
+        let m = merge_stats(Some(Some(&base)), Some(&remote), &local);
+        assert_eq!(m.disabled_until, Some(T + 5 * 3_600_000));
+        assert_eq!(m.disabled_reason.as_deref(), Some("billing"));
+        // The same deadlines: the server's reasons.
+        let local = disabled(T + 5 * 3_600_000, "auth_permanent");
+        let m = merge_stats(Some(Some(&base)), Some(&remote), &local);
+        assert_eq!(m.disabled_reason.as_deref(), Some("billing"));
+        assert_eq!(m.cooldown_reason.as_deref(), Some("billing cooldown"));
+    }
+
+    // What makes a replica serve from its local view: the connection is
+    // gone (any I/O error: refused, reset, timed out, unreachable), not a
+    // command the server or the client refused.
+    #[test]
+    fn an_outage_is_a_lost_connection_not_a_refused_command() {
+        use std::io::ErrorKind as Io;
+        for kind in [
+            Io::ConnectionRefused,
+            Io::ConnectionReset,
+            Io::BrokenPipe,
+            Io::UnexpectedEof,
+            Io::TimedOut,
+            Io::HostUnreachable,
+            Io::NetworkUnreachable,
+        ] {
+            let e = redis::RedisError::from(std::io::Error::new(kind, "lost"));
+            assert!(is_outage(&e), "{kind:?}");
+        }
+        for e in [
+            too_many_writers(),
+            redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "bad reply")),
+            redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                "WRONGTYPE",
+            )),
+        ] {
+            assert!(!is_outage(&e), "{e}");
+        }
+    }
+
+    // The local view is bounded (LOCAL_SESSIONS): at the bound a new
+    // session forgets a clean one, never one written during the outage
+    // (it must merge back); an entry already held forgets nothing.
+    #[test]
+    fn the_local_view_is_bounded_and_keeps_what_must_merge_back() {
+        let mut l = Local::default();
+        let e = SessionEntry::default();
+        for i in 0..LOCAL_SESSIONS {
+            l.sessions.insert(format!("s{i}"), e.clone());
+            if i > 0 {
+                l.dirty_sessions.insert(format!("s{i}"));
+            }
+        }
+        l.remember_session("s1", &e);
+        assert_eq!(l.sessions.len(), LOCAL_SESSIONS, "already held");
+        l.remember_session("new", &e);
+        assert_eq!(l.sessions.len(), LOCAL_SESSIONS);
+        assert!(l.sessions.contains_key("new"));
+        assert!(!l.sessions.contains_key("s0"), "the clean one went");
+        assert!(l.dirty_sessions.iter().all(|k| l.sessions.contains_key(k)));
+        // Below the bound nothing is forgotten.
+        let mut small = Local::default();
+        small.remember_session("a", &e);
+        small.remember_session("b", &e);
+        assert_eq!(small.sessions.len(), 2);
+    }
+
+    // README ("retries with backoff"): the first retry is due RECONNECT_MIN
+    // after the outage began; none before it is due; each failed one
+    // doubles the wait, up to RECONNECT_MAX. (The test sets the due time
+    // itself, so a slow host cannot change what it sees.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reconnection_backs_off_doubling_up_to_the_cap() {
+        let Some(mut server) = failover_testkit::RedisServer::start() else {
+            eprintln!("skipped: no redis-server");
+            return;
+        };
+        let dir = failover_testkit::temp_root("redis-backoff", "main");
+        let s = RedisStore::connect(&server.url(), "backoff:", &dir, "main")
+            .await
+            .unwrap();
+        server.kill();
+        let before = Instant::now();
+        AsyncStore::load_state(&s).await.unwrap();
+        assert!(!s.is_up());
+        {
+            let l = s.local();
+            assert_eq!(l.backoff, RECONNECT_MIN);
+            assert!(l.retry_at.unwrap() >= before + RECONNECT_MIN);
+        }
+        let mut trips = s.round_trips();
+        s.local().retry_at = Some(Instant::now() + Duration::from_secs(60));
+        AsyncStore::load_state(&s).await.unwrap();
+        assert_eq!(s.round_trips(), trips, "not due: not tried");
+        for ms in [200, 400, 800, 1600, 3200, 5000, 5000] {
+            s.local().retry_at = Some(Instant::now() - Duration::from_millis(1));
+            let before = Instant::now();
+            AsyncStore::load_state(&s).await.unwrap();
+            trips += 1;
+            assert_eq!(s.round_trips(), trips, "due: tried once");
+            let l = s.local();
+            assert_eq!(l.backoff, Duration::from_millis(ms));
+            assert!(l.retry_at.unwrap() >= before + l.backoff);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn passwords_are_not_shown() {
         assert_eq!(

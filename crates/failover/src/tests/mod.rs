@@ -50,6 +50,8 @@ mod store_crash;
 mod store_outage_merge;
 mod store_quarantine;
 #[cfg(feature = "redis")]
+mod store_redis_outage;
+#[cfg(feature = "redis")]
 mod store_round_trips;
 mod store_rules;
 

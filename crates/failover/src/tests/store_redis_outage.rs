@@ -1,0 +1,341 @@
+//! A Redis store losing its server while serving, and its other edges
+//! (README, "state:"): a real `redis-server` on a free loopback port,
+//! stopped with SIGKILL and started again. Lost while serving, a replica
+//! answers from its local view (every record it read or wrote), warns
+//! once, counts the outage, retries with backoff (not on every request),
+//! and when the server returns writes back what changed: a session's
+//! entry written during the outage replaces Redis', and a profile's
+//! record nobody else touched meanwhile stands as it was edited. A
+//! refused command is an error, not an outage; a server that is missing
+//! or mute at start is an error naming it without its password.
+
+use std::time::{Duration, Instant};
+
+use crate::store::{edit_profile, edit_session, AsyncStore, RedisStore, SharedTables, UsageStats};
+
+use super::LogBuf;
+use failover_testkit::RedisServer;
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    failover_testkit::temp_root("outage", tag)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A plain connection of the test's own, to look at (or spoil) keys.
+fn raw(server: &RedisServer) -> redis::Connection {
+    redis::Client::open(server.url().as_str())
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .unwrap()
+}
+
+fn set_model(model: &'static str) -> impl FnMut(&mut crate::store::SessionEntry) + Send {
+    move |e| e.model_override = Some(model.into())
+}
+
+async fn model_of(s: &RedisStore, key: &str) -> Option<String> {
+    AsyncStore::load_session(s, key)
+        .await
+        .unwrap()
+        .and_then(|e| e.model_override)
+}
+
+/// Reads until the store has reconnected (it retries with backoff).
+async fn until_up(s: &RedisStore) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while !s.is_up() {
+        assert!(Instant::now() < until, "never reconnected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let _ = AsyncStore::load_state(s).await;
+    }
+}
+
+// README ("lost while serving, each replica answers from its local view,
+// warns once, … retries with backoff and merges its changes back"); the
+// outage count is what `failover_state_backend_up` and `status` report.
+#[tokio::test(flavor = "current_thread")]
+async fn an_outage_serves_the_local_view_and_merges_it_back() {
+    let Some(mut server) = RedisServer::start() else {
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let dir = temp_dir("serve");
+    let a = RedisStore::connect(&server.url(), "outage:", &dir, "main")
+        .await
+        .unwrap();
+    let t0 = now_ms();
+    // Online: two sessions, and a profile cooling (A saw all of them).
+    edit_session(&a, "s1", set_model("gpt")).await.unwrap();
+    edit_session(&a, "s2", set_model("claude")).await.unwrap();
+    edit_profile(&a, "openai:a", "openai", |st| {
+        st.usage_stats.insert(
+            "openai:a".into(),
+            UsageStats {
+                error_count: 3,
+                cooldown_until: Some(t0 + 3_600_000),
+                cooldown_reason: Some("rate_limit".into()),
+                last_failure_at: Some(t0),
+                ..Default::default()
+            },
+        );
+    })
+    .await
+    .unwrap();
+    AsyncStore::load_state(&a).await.unwrap();
+    assert_eq!((a.is_up(), a.outages()), (true, 0));
+
+    let _idle = tracing::Dispatch::new(tracing_subscriber::registry());
+    let buf = LogBuf::default();
+    let w = buf.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_writer(move || w.clone())
+        .with_ansi(false)
+        .finish();
+    let _log = tracing::subscriber::set_default(sub);
+
+    server.kill();
+    // Both sessions are served from the local view, as last seen.
+    assert_eq!(model_of(&a, "s1").await.as_deref(), Some("gpt"));
+    assert!(!a.is_up(), "the read found the server gone");
+    assert_eq!(model_of(&a, "s2").await.as_deref(), Some("claude"));
+    assert_eq!(a.outages(), 1);
+    assert_eq!(a.health(), Some((false, 1)));
+
+    // Backoff: a burst of requests does not try the server on each.
+    let trips = a.round_trips();
+    for _ in 0..50 {
+        AsyncStore::load_state(&a).await.unwrap();
+    }
+    let tried = a.round_trips() - trips;
+    assert!(tried <= 5, "the server was tried {tried} times in 50 reads");
+
+    // Changes during the outage: a new session, an overridden one, and an
+    // edit of the profile's record (its window cleared, counts reset).
+    edit_session(&a, "s3", set_model("gemini")).await.unwrap();
+    edit_session(&a, "s1", set_model("mistral")).await.unwrap();
+    assert_eq!(model_of(&a, "s3").await.as_deref(), Some("gemini"));
+    assert_eq!(model_of(&a, "s1").await.as_deref(), Some("mistral"));
+    edit_profile(&a, "openai:a", "openai", |st| {
+        let s = st.usage_stats.get_mut("openai:a").unwrap();
+        s.cooldown_until = None;
+        s.cooldown_reason = None;
+        s.error_count = 0;
+    })
+    .await
+    .unwrap();
+    assert_eq!(a.outages(), 1, "one outage, however many calls saw it");
+
+    server.restart();
+    until_up(&a).await;
+    let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(
+        log.matches("state backend unreachable").count(),
+        1,
+        "warned once: {log}"
+    );
+    assert!(
+        log.contains("merged=3") && log.contains("state backend is back"),
+        "one profile and two sessions merged back: {log}"
+    );
+
+    // What another replica reads now: the outage's writes.
+    let c = RedisStore::connect(&server.url(), "outage:", &dir, "main")
+        .await
+        .unwrap();
+    assert_eq!(model_of(&c, "s1").await.as_deref(), Some("mistral"));
+    assert_eq!(model_of(&c, "s2").await.as_deref(), Some("claude"));
+    assert_eq!(model_of(&c, "s3").await.as_deref(), Some("gemini"));
+    let st = AsyncStore::load_state(&c).await.unwrap();
+    let s = &st.usage_stats["openai:a"];
+    // Nobody else wrote the record meanwhile: the edit stands as it is
+    // (with its base unknown the merge would keep the later deadline).
+    assert_eq!((s.cooldown_until, s.error_count), (None, 0));
+
+    // A second outage is counted as one more.
+    server.kill();
+    AsyncStore::load_state(&a).await.unwrap();
+    assert_eq!((a.is_up(), a.outages()), (false, 2));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// A command the server refuses (here a key of the wrong type) is an
+// error the caller sees, not an outage: the store stays up and serves
+// nothing stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_command_is_an_error_not_an_outage() {
+    let Some(server) = RedisServer::start() else {
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let dir = temp_dir("refused");
+    let a = RedisStore::connect(&server.url(), "refused:", &dir, "main")
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("refused:main:stats")
+        .arg("not a hash")
+        .query(&mut raw(&server))
+        .unwrap();
+    let e = AsyncStore::load_state(&a).await.unwrap_err().to_string();
+    assert!(e.contains("WRONGTYPE"), "{e}");
+    assert_eq!((a.is_up(), a.outages()), (true, 0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// An unreachable server at start is an error naming it, never its
+// password, with the cause in words (README: "exit 2").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_server_is_named_without_its_password() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = temp_dir("missing");
+    let url = format!("redis://:hunter2@127.0.0.1:{port}/0");
+    let e = RedisStore::connect(&url, "x:", &dir, "main")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains("hunter2"), "{e}");
+    assert!(
+        e.contains(&format!("redis://:***@127.0.0.1:{port}/0")),
+        "{e}"
+    );
+    assert!(e.to_lowercase().contains("refused"), "the cause: {e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// A server that accepts the connection and never answers does not hang
+// the start: it fails as timed out, after the connection's own timeout
+// had its chance (a lower bound only: a loaded host can be slower).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mute_server_times_out_at_start() {
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = mute.local_addr().unwrap().port();
+    let dir = temp_dir("mute");
+    let started = Instant::now();
+    let e = RedisStore::connect(&format!("redis://127.0.0.1:{port}/0"), "x:", &dir, "main")
+        .await
+        .unwrap_err()
+        .to_string();
+    let took = started.elapsed();
+    assert!(e.contains("timed out"), "{e}");
+    assert!(
+        took >= Duration::from_secs(2),
+        "gave up after {took:?}: {e}"
+    );
+    drop(mute);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// R12.2: a skip-cache entry may be due for up to 10 minutes; its key's
+// TTL only collects garbage, so it must outlive that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r12_2_skip_entries_are_kept_longer_than_they_are_due() {
+    let Some(server) = RedisServer::start() else {
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let dir = temp_dir("skipttl");
+    let a = RedisStore::connect(&server.url(), "ttl:", &dir, "main")
+        .await
+        .unwrap();
+    let now = now_ms();
+    a.skip_put("s1", "openai", "gpt", "auth", now + 600_000)
+        .await
+        .unwrap();
+    let mut c = raw(&server);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("ttl:main:skip:*")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let ttl: i64 = redis::cmd("PTTL").arg(&keys[0]).query(&mut c).unwrap();
+    assert!(ttl > 600_000, "collected after {ttl} ms");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// An edit that changes only a provider's `lastGood` is written like any
+// other (the compare-and-set covers both records of a profile edit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_of_last_good_alone_is_written() {
+    let Some(server) = RedisServer::start() else {
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let dir = temp_dir("lastgood");
+    let a = RedisStore::connect(&server.url(), "good:", &dir, "main")
+        .await
+        .unwrap();
+    edit_profile(&a, "openai:b", "openai", |st| {
+        st.last_good.insert("openai".into(), "openai:b".into());
+    })
+    .await
+    .unwrap();
+    let c = RedisStore::connect(&server.url(), "good:", &dir, "main")
+        .await
+        .unwrap();
+    let st = AsyncStore::load_state(&c).await.unwrap();
+    assert_eq!(
+        st.last_good.get("openai").map(String::as_str),
+        Some("openai:b")
+    );
+    assert!(st.usage_stats.is_empty(), "{:?}", st.usage_stats);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// Issue 13's cost model: an update first compares against the records as
+// this replica last saw them. A compare lost to another replica means
+// this replica's picture of that hash is stale, so it stops trusting it:
+// its next edit of another record there (one the other replica created)
+// reads first — 2 round trips — instead of losing one more compare (3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_compare_drops_the_stale_picture_of_the_hash() {
+    let Some(server) = RedisServer::start() else {
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let dir = temp_dir("forget");
+    let a = RedisStore::connect(&server.url(), "forget:", &dir, "main")
+        .await
+        .unwrap();
+    let b = RedisStore::connect(&server.url(), "forget:", &dir, "main")
+        .await
+        .unwrap();
+    let count = |id: &'static str, n: u32| {
+        move |st: &mut crate::store::AuthState| {
+            st.usage_stats.entry(id.into()).or_default().error_count = n;
+        }
+    };
+    // A has read the whole state (every record, and which are absent).
+    AsyncStore::load_state(&a).await.unwrap();
+    edit_profile(&b, "openai:a", "openai", count("openai:a", 1))
+        .await
+        .unwrap();
+    edit_profile(&b, "openai:b", "openai", count("openai:b", 1))
+        .await
+        .unwrap();
+    // A's compare from memory fails on openai:a; it reads and writes.
+    let before = a.round_trips();
+    edit_profile(&a, "openai:a", "openai", count("openai:a", 2))
+        .await
+        .unwrap();
+    assert_eq!(a.round_trips() - before, 3, "compare, read, compare");
+    let before = a.round_trips();
+    edit_profile(&a, "openai:b", "openai", count("openai:b", 2))
+        .await
+        .unwrap();
+    assert_eq!(a.round_trips() - before, 2, "read, compare");
+    let st = AsyncStore::load_state(&b).await.unwrap();
+    assert_eq!(st.usage_stats["openai:a"].error_count, 2);
+    assert_eq!(st.usage_stats["openai:b"].error_count, 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
