@@ -1178,6 +1178,10 @@ impl Runner {
         now: u64,
     ) -> Option<OverrideGuard<'t>> {
         let (p, m, selected) = (cand.provider(), cand.model_name(), &turn.selected);
+        // Nothing to write on the way back to the configured default or to
+        // the session's selection (an auto override's origin): that is a
+        // return, like a re-probe, and the override stays until it answers
+        // (R11.5); nor for a chain the user owns (R3).
         if cand.model == *turn.chain.requested() || cand.model == *selected || turn.user_owned {
             return None;
         }

@@ -1490,3 +1490,57 @@ async fn r6_4_a_deferred_success_still_writes_the_first_pin() {
     let out = h.runner.run(&r, Script::default().f()).await.unwrap();
     assert_eq!(out.deferred.is_some(), backend() != "redis");
 }
+
+// R11.5, R11.3: a run that falls back to the origin of the session's auto
+// override is returning to the session's selection, not falling back from
+// it: like a re-probe, it leaves the override in place until the origin
+// answers (then clears it) and never writes an override that points at
+// its own origin. Here the origin, openai/gpt, is no longer the
+// configured default (an earlier config's), and the run reaches it after
+// the override and the default failed.
+#[tokio::test(start_paused = true)]
+async fn r11_5_falling_back_to_the_overrides_origin_keeps_it_until_it_answers() {
+    let h = setup(THREE, KEYS);
+    h.store
+        .update_session("s1", |e| {
+            e.provider_override = Some("google".into());
+            e.model_override = Some("gemini".into());
+            e.model_override_source = Some("auto".into());
+            e.model_override_fallback_origin_provider = Some("openai".into());
+            e.model_override_fallback_origin_model = Some("gpt".into());
+        })
+        .unwrap();
+    let runner = h.runner.clone();
+    let seen = Arc::new(Mutex::new(None));
+    let seen2 = seen.clone();
+    let f = move |a: crate::run::Attempt| {
+        let (runner, seen) = (runner.clone(), seen2.clone());
+        async move {
+            if a.provider != "openai" {
+                return Err(AttemptError::Provider(
+                    ProviderFailure::message("upstream error").with_status(502),
+                ));
+            }
+            let e = runner.store().load_sessions().unwrap().entries["s1"].clone();
+            *seen.lock().unwrap() =
+                Some((e.model_override, e.model_override_fallback_origin_model));
+            Ok::<_, AttemptError>("gpt".to_string())
+        }
+    };
+    let out = h.runner.run(&req(), f).await.unwrap();
+    assert_eq!(out.model_ref(), "openai/gpt");
+    let calls: Vec<_> = out.attempts.iter().map(|a| a.model_ref()).collect();
+    assert_eq!(
+        calls.last().map(String::as_str),
+        Some("openai/gpt"),
+        "{calls:?}"
+    );
+    assert_eq!(
+        seen.lock().unwrap().clone(),
+        Some((Some("gemini".into()), Some("gpt".into()))),
+        "during the origin's attempt the override is still the one it came from"
+    );
+    let e = h.entry("s1");
+    assert_eq!(e.model_override, None, "the origin answered: cleared");
+    assert_eq!(e.model_override_source, None);
+}
