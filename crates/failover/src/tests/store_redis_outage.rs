@@ -165,9 +165,42 @@ async fn an_outage_serves_the_local_view_and_merges_it_back() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-// A command the server refuses (here a key of the wrong type) is an
-// error the caller sees, not an outage: the store stays up and serves
-// nothing stale.
+/// The store's per-record calls, reads and writes.
+const CALLS: [&str; 6] = [
+    "load_state",
+    "load_session",
+    "load_run",
+    "update_profile",
+    "update_session",
+    "update_success",
+];
+
+/// Makes call `name` of [`CALLS`] on session `s1` and profile `openai:a`.
+async fn call(s: &RedisStore, name: &str) -> Result<(), crate::store::StoreError> {
+    let count = |st: &mut crate::store::AuthState| {
+        st.usage_stats
+            .entry("openai:a".into())
+            .or_default()
+            .error_count += 1;
+    };
+    match name {
+        "load_state" => AsyncStore::load_state(s).await.map(drop),
+        "load_session" => AsyncStore::load_session(s, "s1").await.map(drop),
+        "load_run" => s.load_run("s1").await.map(drop),
+        "update_profile" => edit_profile(s, "openai:a", "openai", count).await,
+        "update_session" => edit_session(s, "s1", set_model("gpt")).await,
+        "update_success" => {
+            let (mut pf, mut sf) = (count, set_model("claude"));
+            s.update_success(Some(("openai:a", "openai", &mut pf)), "s1", &mut sf)
+                .await
+        }
+        _ => unreachable!("{name}"),
+    }
+}
+
+// A command the server refuses (here: keys of the wrong type) is an error
+// the caller sees, not an outage: the store stays up and serves nothing
+// stale. Every per-record call, reads and writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_command_is_an_error_not_an_outage() {
     let Some(server) = RedisServer::start() else {
@@ -178,14 +211,43 @@ async fn a_refused_command_is_an_error_not_an_outage() {
     let a = RedisStore::connect(&server.url(), "refused:", &dir, "main")
         .await
         .unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("refused:main:stats")
-        .arg("not a hash")
-        .query(&mut raw(&server))
-        .unwrap();
-    let e = AsyncStore::load_state(&a).await.unwrap_err().to_string();
-    assert!(e.contains("WRONGTYPE"), "{e}");
+    assert_eq!(AsyncStore::agent_id(&a), "main");
+    for key in ["refused:main:stats", "refused:main:sessions"] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg("not a hash")
+            .query(&mut raw(&server))
+            .unwrap();
+    }
+    for name in CALLS {
+        let e = call(&a, name).await.expect_err(name).to_string();
+        assert!(e.contains("WRONGTYPE"), "{name}: {e}");
+    }
     assert_eq!((a.is_up(), a.outages()), (true, 0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// Whichever call first meets a lost server, read or write, answers from
+// the local view (and the store knows it is down), instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_that_meets_an_outage_answers_locally() {
+    let Some(mut server) = RedisServer::start() else {
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let dir = temp_dir("first");
+    for name in CALLS {
+        let a = RedisStore::connect(&server.url(), "first:", &dir, "main")
+            .await
+            .unwrap();
+        a.load_run("s1").await.unwrap();
+        server.kill();
+        call(&a, name)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!((a.is_up(), a.outages()), (false, 1), "{name}");
+        server.restart();
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
