@@ -89,6 +89,8 @@ async fn an_outage_serves_the_local_view_and_merges_it_back() {
     .unwrap();
     AsyncStore::load_state(&a).await.unwrap();
     assert_eq!((a.is_up(), a.outages()), (true, 0));
+    assert_eq!(a.health(), Some((true, 0)));
+    assert!(a.shared_tables().is_some());
 
     let _idle = tracing::Dispatch::new(tracing_subscriber::registry());
     let buf = LogBuf::default();
@@ -106,6 +108,10 @@ async fn an_outage_serves_the_local_view_and_merges_it_back() {
     assert_eq!(model_of(&a, "s2").await.as_deref(), Some("claude"));
     assert_eq!(a.outages(), 1);
     assert_eq!(a.health(), Some((false, 1)));
+    assert!(
+        a.shared_tables().is_none(),
+        "the runner's own tables stand in"
+    );
 
     // Backoff: a burst of requests does not try the server on each.
     let trips = a.round_trips();
@@ -121,6 +127,10 @@ async fn an_outage_serves_the_local_view_and_merges_it_back() {
     edit_session(&a, "s1", set_model("mistral")).await.unwrap();
     assert_eq!(model_of(&a, "s3").await.as_deref(), Some("gemini"));
     assert_eq!(model_of(&a, "s1").await.as_deref(), Some("mistral"));
+    // A cancelled run's roll-back (the one call that cannot await) too.
+    a.update_session_now("s4", Box::new(set_model("llama")))
+        .unwrap();
+    assert_eq!(model_of(&a, "s4").await.as_deref(), Some("llama"));
     edit_profile(&a, "openai:a", "openai", |st| {
         let s = st.usage_stats.get_mut("openai:a").unwrap();
         s.cooldown_until = None;
@@ -140,8 +150,8 @@ async fn an_outage_serves_the_local_view_and_merges_it_back() {
         "warned once: {log}"
     );
     assert!(
-        log.contains("merged=3") && log.contains("state backend is back"),
-        "one profile and two sessions merged back: {log}"
+        log.contains("merged=4") && log.contains("state backend is back"),
+        "one profile and three sessions merged back: {log}"
     );
 
     // What another replica reads now: the outage's writes.
@@ -151,6 +161,7 @@ async fn an_outage_serves_the_local_view_and_merges_it_back() {
     assert_eq!(model_of(&c, "s1").await.as_deref(), Some("mistral"));
     assert_eq!(model_of(&c, "s2").await.as_deref(), Some("claude"));
     assert_eq!(model_of(&c, "s3").await.as_deref(), Some("gemini"));
+    assert_eq!(model_of(&c, "s4").await.as_deref(), Some("llama"));
     let st = AsyncStore::load_state(&c).await.unwrap();
     let s = &st.usage_stats["openai:a"];
     // Nobody else wrote the record meanwhile: the edit stands as it is
@@ -160,7 +171,7 @@ async fn an_outage_serves_the_local_view_and_merges_it_back() {
     // A second outage is counted as one more.
     server.kill();
     AsyncStore::load_state(&a).await.unwrap();
-    assert_eq!((a.is_up(), a.outages()), (false, 2));
+    assert_eq!(a.health(), Some((false, 2)));
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -399,5 +410,85 @@ async fn a_lost_compare_drops_the_stale_picture_of_the_hash() {
     let st = AsyncStore::load_state(&b).await.unwrap();
     assert_eq!(st.usage_stats["openai:a"].error_count, 2);
     assert_eq!(st.usage_stats["openai:b"].error_count, 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// A cancelled run's roll-back is written at once (no runtime to await)
+// and exactly once: its compare-and-set applies the edit to the record
+// as read, so an edit that counts counts one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_without_a_runtime_is_written_once() {
+    let Some(server) = RedisServer::start() else {
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let dir = temp_dir("now");
+    let a = RedisStore::connect(&server.url(), "now:", &dir, "main")
+        .await
+        .unwrap();
+    let count = || {
+        Box::new(|e: &mut crate::store::SessionEntry| {
+            e.compaction_count = Some(e.compaction_count.unwrap_or(0) + 1);
+        })
+    };
+    a.update_session_now("s1", count()).unwrap();
+    a.update_session_now("s1", count()).unwrap();
+    // An edit that changes nothing writes nothing, and fails nothing.
+    a.update_session_now("s1", Box::new(|_| {})).unwrap();
+    let b = RedisStore::connect(&server.url(), "now:", &dir, "main")
+        .await
+        .unwrap();
+    let e = AsyncStore::load_session(&b, "s1").await.unwrap().unwrap();
+    assert_eq!(e.compaction_count, Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// R16.1 across replicas: one probe of a cooling provider per window,
+// whichever replica asks; other providers have their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r16_1_the_probe_throttle_is_shared_by_replicas() {
+    let Some(server) = RedisServer::start() else {
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let dir = temp_dir("probe");
+    let a = RedisStore::connect(&server.url(), "probe:", &dir, "main")
+        .await
+        .unwrap();
+    let b = RedisStore::connect(&server.url(), "probe:", &dir, "main")
+        .await
+        .unwrap();
+    let t = now_ms();
+    assert!(a.try_probe("openai", t, 30_000).await.unwrap());
+    assert!(!b.try_probe("openai", t + 1_000, 30_000).await.unwrap());
+    assert!(b.try_probe("anthropic", t + 1_000, 30_000).await.unwrap());
+    assert!(b.try_probe("openai", t + 30_000, 30_000).await.unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// The secrets stay in files beside a Redis store; a damaged secrets file
+// is reported (a problem the gateway logs and `status` shows), not fatal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_secrets_file_is_reported() {
+    let Some(server) = RedisServer::start() else {
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let dir = temp_dir("problems");
+    let a = RedisStore::connect(&server.url(), "problems:", &dir, "main")
+        .await
+        .unwrap();
+    let file = dir.join("agents/main/agent/auth-profiles.json");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "{ not json").unwrap();
+    let p = AsyncStore::load_profiles(&a).await.unwrap();
+    assert!(p.profiles.is_empty());
+    let problems = AsyncStore::take_problems(&a);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(format!("{problems:?}").contains("auth-profiles.json"));
+    // The synchronous face reports what it read, too.
+    std::fs::write(&file, "[1, 2").unwrap();
+    crate::store::Store::load_profiles(&a).unwrap();
+    assert_eq!(crate::store::Store::take_problems(&a).len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
