@@ -223,6 +223,7 @@ async fn a_refused_command_is_an_error_not_an_outage() {
         .await
         .unwrap();
     assert_eq!(AsyncStore::agent_id(&a), "main");
+    assert_eq!(crate::store::Store::agent_id(&a), "main");
     for key in ["refused:main:stats", "refused:main:sessions"] {
         let _: () = redis::cmd("SET")
             .arg(key)
@@ -322,9 +323,14 @@ async fn r12_2_skip_entries_are_kept_longer_than_they_are_due() {
         .await
         .unwrap();
     let now = now_ms();
-    a.skip_put("s1", "openai", "gpt", "auth", now + 600_000)
+    let until = now + 600_000;
+    a.skip_put("s1", "openai", "gpt", "auth", until)
         .await
         .unwrap();
+    // Due until its deadline, not at it (R12.2's TTL is the deadline).
+    let skip = |at: u64| a.skip_get("s1", "openai", "gpt", at);
+    assert_eq!(skip(until - 1).await.unwrap().as_deref(), Some("auth"));
+    assert_eq!(skip(until).await.unwrap(), None);
     let mut c = raw(&server);
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("ttl:main:skip:*")
