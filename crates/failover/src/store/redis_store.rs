@@ -881,13 +881,12 @@ impl RedisStore {
     }
 }
 
-/// An error that means the server is gone (not a refused command).
+/// An error that means the server is gone (not a refused command): any
+/// I/O error (refused, reset, timed out, unreachable: redis gives every
+/// error that holds an `io::Error` the kind `Io`), or one after which the
+/// connection must be replaced (a reply that does not parse).
 fn is_outage(e: &redis::RedisError) -> bool {
-    e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_unrecoverable_error()
+    e.is_io_error() || e.is_unrecoverable_error()
 }
 
 fn too_many_writers() -> redis::RedisError {
@@ -1682,8 +1681,9 @@ mod tests {
     }
 
     // What makes a replica serve from its local view: the connection is
-    // gone (any I/O error: refused, reset, timed out, unreachable), not a
-    // command the server or the client refused.
+    // gone (any I/O error: refused, reset, timed out, unreachable; a reply
+    // that does not parse), not a command the server or the client
+    // refused.
     #[test]
     fn an_outage_is_a_lost_connection_not_a_refused_command() {
         use std::io::ErrorKind as Io;
@@ -1699,6 +1699,8 @@ mod tests {
             let e = redis::RedisError::from(std::io::Error::new(kind, "lost"));
             assert!(is_outage(&e), "{kind:?}");
         }
+        let garbled = redis::RedisError::from((redis::ErrorKind::Parse, "bad reply"));
+        assert!(is_outage(&garbled), "the connection must be replaced");
         for e in [
             too_many_writers(),
             redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "bad reply")),
