@@ -158,36 +158,26 @@ mod tests {
         assert_eq!(h.write_failures(), 1);
     }
 
-    use crate::tests::LogBuf as Buf;
+    use crate::tests::LogCapture;
 
     // Issue 30: a burst of failed writes logs its first at once and counts
     // the rest (no line per failure within LOG_INTERVAL); the recovery is
     // one line with the failures since the last line and in all.
     #[test]
     fn failures_are_logged_once_per_interval_and_counted() {
-        // A second, idle dispatcher keeps `tracing`'s call-site cache from
-        // remembering another thread's "never" (see run_common).
-        let _idle = tracing::Dispatch::new(tracing_subscriber::registry());
-        let buf = Buf::default();
-        let w = buf.clone();
-        let sub = tracing_subscriber::fmt()
-            .with_writer(move || w.clone())
-            .with_ansi(false)
-            .finish();
+        let log = LogCapture::start();
         let h = StateHealth::new();
-        tracing::subscriber::with_default(sub, || {
-            for _ in 0..3 {
-                let e = StoreError::io(
-                    "write",
-                    std::path::Path::new("/state/x"),
-                    &std::io::Error::from_raw_os_error(28),
-                );
-                h.failed("record a failure", &e);
-            }
-            h.ok();
-            h.ok();
-        });
-        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        for _ in 0..3 {
+            let e = StoreError::io(
+                "write",
+                std::path::Path::new("/state/x"),
+                &std::io::Error::from_raw_os_error(28),
+            );
+            h.failed("record a failure", &e);
+        }
+        h.ok();
+        h.ok();
+        let out = log.text();
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 2, "{out}");
         assert!(

@@ -7,12 +7,26 @@
 
 use std::path::PathBuf;
 
-/// A `tracing` writer into a shared buffer, for the tests that read what
-/// was logged (`.0` holds the bytes).
-#[derive(Clone, Default)]
-pub(crate) struct LogBuf(pub(crate) std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+/// What this thread logs while the capture lives, as plain text: a
+/// `tracing` subscriber scoped to the thread, writing into a buffer.
+///
+/// `tracing` computes a call site's interest, the first time any thread
+/// meets it, from every live dispatcher, but when only one exists, from
+/// the default of the thread that meets it. The other tests of a binary
+/// run on threads without a subscriber: one of them meeting a call site
+/// first would cache it as "never", and the capture would miss it. So a
+/// second, idle dispatcher lives as long as the capture: with two alive,
+/// every call site asks them all.
+pub(crate) struct LogCapture {
+    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+    _idle: tracing::Dispatch,
+}
 
-impl std::io::Write for LogBuf {
+#[derive(Clone)]
+struct LogWriter(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
         self.0.lock().unwrap().extend_from_slice(b);
         Ok(b.len())
@@ -20,6 +34,40 @@ impl std::io::Write for LogBuf {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+impl LogCapture {
+    /// Starts capturing this thread's log.
+    pub(crate) fn start() -> Self {
+        let idle = idle_dispatcher();
+        let buf = std::sync::Arc::default();
+        let w = LogWriter(std::sync::Arc::clone(&buf));
+        let sub = tracing_subscriber::fmt()
+            .with_writer(move || w.clone())
+            .with_ansi(false)
+            .finish();
+        LogCapture {
+            buf,
+            _guard: tracing::subscriber::set_default(sub),
+            _idle: idle,
+        }
+    }
+
+    /// What was logged so far.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.buf.lock().unwrap().clone()).unwrap()
+    }
+
+    /// Forgets what was logged so far.
+    pub(crate) fn clear(&self) {
+        self.buf.lock().unwrap().clear();
+    }
+}
+
+/// A dispatcher that does nothing, kept alive beside a capture scoped to
+/// one thread (see [`LogCapture`]).
+pub(crate) fn idle_dispatcher() -> tracing::Dispatch {
+    tracing::Dispatch::new(tracing_subscriber::registry())
 }
 
 mod fuzz_readers;

@@ -501,19 +501,6 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
     ("google:default", "gk-SECRET-0003"),
 ];
 
-/// A second dispatcher, idle, for a test that captures `tracing` output
-/// with a subscriber scoped to its thread: keep it alive while capturing.
-///
-/// `tracing` computes a call site's interest, the first time any thread
-/// meets it, from every live dispatcher, but when only one exists, from
-/// the default of the thread that meets it. The other tests of this
-/// binary run on threads without a subscriber: one of them meeting a call
-/// site first would cache it as "never", and the capture would miss it.
-/// With two dispatchers alive every call site asks them all.
-pub(crate) fn idle_dispatcher() -> tracing::Dispatch {
-    tracing::Dispatch::new(tracing_subscriber::registry())
-}
-
 /// A request of session `s1`.
 pub(crate) fn req() -> RunRequest {
     RunRequest::session("s1")

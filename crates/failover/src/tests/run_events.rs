@@ -3,23 +3,16 @@
 //! as "never" when another test thread of the same process reaches it
 //! first while this subscriber is the only one (that made this test lose
 //! its first line now and then when it shared a binary with the other
-//! executor tests): [`idle_dispatcher`] keeps a second one alive.
+//! executor tests): [`LogCapture`] keeps a second one alive.
 
 use super::run_common::*;
-use super::LogBuf as Buf;
+use super::LogCapture;
 
 // R14.2, R16.11: `model_fallback_decision` events carry the flat step
 // fields, enough to rebuild the primary failure, and no secret.
 #[tokio::test(start_paused = true)]
 async fn r14_2_decision_events() {
-    let buf = Buf::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    let _idle = idle_dispatcher();
+    let capture = LogCapture::start();
     let h = setup(BASIC, KEYS);
     let s = Script::default()
         .on(
@@ -28,7 +21,7 @@ async fn r14_2_decision_events() {
         )
         .on("openai/gpt", vec![http(503, "Service overloaded")]);
     let _ = h.runner.run(&req(), s.f()).await.unwrap_err();
-    let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let log = capture.text();
     let lines: Vec<&str> = log.lines().collect();
     assert_eq!(lines.len(), 2, "{log}");
     assert!(lines[0].contains("model_fallback_decision"), "{log}");

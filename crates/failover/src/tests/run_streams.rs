@@ -371,27 +371,20 @@ async fn r9_8_without_a_larger_window_the_overflow_stops_the_run() {
     }
 }
 
-use super::LogBuf as Buf;
+use super::LogCapture;
 
 // Issue 32 items 2 and 4, R14.2: a continuation's decisions are steps of
 // type `continuation`; a retry is a `retry_same_candidate` decision.
 #[tokio::test(start_paused = true)]
 async fn continuation_and_retry_steps_in_the_decision_log() {
-    let buf = Buf::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    let _idle = idle_dispatcher();
+    let capture = LogCapture::start();
     let h = setup_with(THREE, KEYS, with_budget(1));
     let mut r = resume(&["anthropic/claude"]);
     r.resume_reason = Some("timeout".into());
     let s = Script::default().on("openai/gpt", vec![http(503, "overloaded")]);
     let out = h.runner.run(&r, s.f()).await.unwrap();
     assert_eq!(out.model_ref(), "google/gemini");
-    let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let log = capture.text();
     let decisions: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("model_fallback_decision"))
@@ -413,11 +406,11 @@ async fn continuation_and_retry_steps_in_the_decision_log() {
     );
 
     // A retry on the primary, in an ordinary run.
-    buf.0.lock().unwrap().clear();
+    capture.clear();
     let h = setup_with(BASIC, KEYS, with_budget(1));
     let s = Script::default().on("anthropic/claude", vec![http(529, "Overloaded"), ok()]);
     h.runner.run(&req(), s.f()).await.unwrap();
-    let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let log = capture.text();
     let first = log
         .lines()
         .find(|l| l.contains("model_fallback_decision"))

@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
+use super::idle_dispatcher;
 use super::run_common::*;
 use crate::run::{session_hash, TRACING_TARGET};
 use tracing::field::{Field, Visit};

@@ -13,11 +13,19 @@ use std::time::{Duration, Instant};
 
 use crate::store::{edit_profile, edit_session, AsyncStore, RedisStore, SharedTables, UsageStats};
 
-use super::LogBuf;
+use super::LogCapture;
 use failover_testkit::RedisServer;
 
 fn temp_dir(tag: &str) -> std::path::PathBuf {
     failover_testkit::temp_root("outage", tag)
+}
+
+/// A replica (agent `main`) on `server`, keys under `prefix`, its
+/// secrets' files in `dir`.
+async fn replica(server: &RedisServer, prefix: &str, dir: &std::path::Path) -> RedisStore {
+    RedisStore::connect(&server.url(), prefix, dir, "main")
+        .await
+        .unwrap()
 }
 
 fn now_ms() -> u64 {
@@ -66,9 +74,7 @@ async fn an_outage_serves_the_local_view_and_merges_it_back() {
         return;
     };
     let dir = temp_dir("serve");
-    let a = RedisStore::connect(&server.url(), "outage:", &dir, "main")
-        .await
-        .unwrap();
+    let a = replica(&server, "outage:", &dir).await;
     let t0 = now_ms();
     // Online: two sessions, and a profile cooling (A saw all of them).
     edit_session(&a, "s1", set_model("gpt")).await.unwrap();
@@ -92,14 +98,7 @@ async fn an_outage_serves_the_local_view_and_merges_it_back() {
     assert_eq!(a.health(), Some((true, 0)));
     assert!(a.shared_tables().is_some());
 
-    let _idle = tracing::Dispatch::new(tracing_subscriber::registry());
-    let buf = LogBuf::default();
-    let w = buf.clone();
-    let sub = tracing_subscriber::fmt()
-        .with_writer(move || w.clone())
-        .with_ansi(false)
-        .finish();
-    let _log = tracing::subscriber::set_default(sub);
+    let capture = LogCapture::start();
 
     server.kill();
     // Both sessions are served from the local view, as last seen.
@@ -143,7 +142,7 @@ async fn an_outage_serves_the_local_view_and_merges_it_back() {
 
     server.restart();
     until_up(&a).await;
-    let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let log = capture.text();
     assert_eq!(
         log.matches("state backend unreachable").count(),
         1,
@@ -155,9 +154,7 @@ async fn an_outage_serves_the_local_view_and_merges_it_back() {
     );
 
     // What another replica reads now: the outage's writes.
-    let c = RedisStore::connect(&server.url(), "outage:", &dir, "main")
-        .await
-        .unwrap();
+    let c = replica(&server, "outage:", &dir).await;
     assert_eq!(model_of(&c, "s1").await.as_deref(), Some("mistral"));
     assert_eq!(model_of(&c, "s2").await.as_deref(), Some("claude"));
     assert_eq!(model_of(&c, "s3").await.as_deref(), Some("gemini"));
@@ -219,9 +216,7 @@ async fn a_refused_command_is_an_error_not_an_outage() {
         return;
     };
     let dir = temp_dir("refused");
-    let a = RedisStore::connect(&server.url(), "refused:", &dir, "main")
-        .await
-        .unwrap();
+    let a = replica(&server, "refused:", &dir).await;
     assert_eq!(AsyncStore::agent_id(&a), "main");
     assert_eq!(crate::store::Store::agent_id(&a), "main");
     for key in ["refused:main:stats", "refused:main:sessions"] {
@@ -249,9 +244,7 @@ async fn every_call_that_meets_an_outage_answers_locally() {
     };
     let dir = temp_dir("first");
     for name in CALLS {
-        let a = RedisStore::connect(&server.url(), "first:", &dir, "main")
-            .await
-            .unwrap();
+        let a = replica(&server, "first:", &dir).await;
         a.load_run("s1").await.unwrap();
         server.kill();
         call(&a, name)
@@ -319,9 +312,7 @@ async fn r12_2_skip_entries_are_kept_longer_than_they_are_due() {
         return;
     };
     let dir = temp_dir("skipttl");
-    let a = RedisStore::connect(&server.url(), "ttl:", &dir, "main")
-        .await
-        .unwrap();
+    let a = replica(&server, "ttl:", &dir).await;
     let now = now_ms();
     let until = now + 600_000;
     a.skip_put("s1", "openai", "gpt", "auth", until)
@@ -351,17 +342,13 @@ async fn an_edit_of_last_good_alone_is_written() {
         return;
     };
     let dir = temp_dir("lastgood");
-    let a = RedisStore::connect(&server.url(), "good:", &dir, "main")
-        .await
-        .unwrap();
+    let a = replica(&server, "good:", &dir).await;
     edit_profile(&a, "openai:b", "openai", |st| {
         st.last_good.insert("openai".into(), "openai:b".into());
     })
     .await
     .unwrap();
-    let c = RedisStore::connect(&server.url(), "good:", &dir, "main")
-        .await
-        .unwrap();
+    let c = replica(&server, "good:", &dir).await;
     let st = AsyncStore::load_state(&c).await.unwrap();
     assert_eq!(
         st.last_good.get("openai").map(String::as_str),
@@ -383,12 +370,8 @@ async fn a_lost_compare_drops_the_stale_picture_of_the_hash() {
         return;
     };
     let dir = temp_dir("forget");
-    let a = RedisStore::connect(&server.url(), "forget:", &dir, "main")
-        .await
-        .unwrap();
-    let b = RedisStore::connect(&server.url(), "forget:", &dir, "main")
-        .await
-        .unwrap();
+    let a = replica(&server, "forget:", &dir).await;
+    let b = replica(&server, "forget:", &dir).await;
     let count = |id: &'static str, n: u32| {
         move |st: &mut crate::store::AuthState| {
             st.usage_stats.entry(id.into()).or_default().error_count = n;
@@ -429,9 +412,7 @@ async fn a_rollback_without_a_runtime_is_written_once() {
         return;
     };
     let dir = temp_dir("now");
-    let a = RedisStore::connect(&server.url(), "now:", &dir, "main")
-        .await
-        .unwrap();
+    let a = replica(&server, "now:", &dir).await;
     let count = || {
         Box::new(|e: &mut crate::store::SessionEntry| {
             e.compaction_count = Some(e.compaction_count.unwrap_or(0) + 1);
@@ -441,9 +422,7 @@ async fn a_rollback_without_a_runtime_is_written_once() {
     a.update_session_now("s1", count()).unwrap();
     // An edit that changes nothing writes nothing, and fails nothing.
     a.update_session_now("s1", Box::new(|_| {})).unwrap();
-    let b = RedisStore::connect(&server.url(), "now:", &dir, "main")
-        .await
-        .unwrap();
+    let b = replica(&server, "now:", &dir).await;
     let e = AsyncStore::load_session(&b, "s1").await.unwrap().unwrap();
     assert_eq!(e.compaction_count, Some(2));
     let _ = std::fs::remove_dir_all(&dir);
@@ -458,12 +437,8 @@ async fn r16_1_the_probe_throttle_is_shared_by_replicas() {
         return;
     };
     let dir = temp_dir("probe");
-    let a = RedisStore::connect(&server.url(), "probe:", &dir, "main")
-        .await
-        .unwrap();
-    let b = RedisStore::connect(&server.url(), "probe:", &dir, "main")
-        .await
-        .unwrap();
+    let a = replica(&server, "probe:", &dir).await;
+    let b = replica(&server, "probe:", &dir).await;
     let t = now_ms();
     assert!(a.try_probe("openai", t, 30_000).await.unwrap());
     assert!(!b.try_probe("openai", t + 1_000, 30_000).await.unwrap());
@@ -481,9 +456,7 @@ async fn a_damaged_secrets_file_is_reported() {
         return;
     };
     let dir = temp_dir("problems");
-    let a = RedisStore::connect(&server.url(), "problems:", &dir, "main")
-        .await
-        .unwrap();
+    let a = replica(&server, "problems:", &dir).await;
     let file = dir.join("agents/main/agent/auth-profiles.json");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(&file, "{ not json").unwrap();
