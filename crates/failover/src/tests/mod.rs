@@ -57,11 +57,6 @@ impl LogCapture {
     pub(crate) fn text(&self) -> String {
         String::from_utf8(self.buf.lock().unwrap().clone()).unwrap()
     }
-
-    /// Forgets what was logged so far.
-    pub(crate) fn clear(&self) {
-        self.buf.lock().unwrap().clear();
-    }
 }
 
 /// A dispatcher that does nothing, kept alive beside a capture scoped to

@@ -406,7 +406,8 @@ async fn continuation_and_retry_steps_in_the_decision_log() {
     );
 
     // A retry on the primary, in an ordinary run.
-    capture.clear();
+    drop(capture);
+    let capture = LogCapture::start();
     let h = setup_with(BASIC, KEYS, with_budget(1));
     let s = Script::default().on("anthropic/claude", vec![http(529, "Overloaded"), ok()]);
     h.runner.run(&req(), s.f()).await.unwrap();
