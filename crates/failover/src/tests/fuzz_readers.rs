@@ -124,29 +124,77 @@ fn with_secrets(tokens: &[&'static str]) -> Vec<&'static str> {
         .collect()
 }
 
+/// Whether `c` continues a word a secret could be glued to.
+fn word(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '+' | '=' | ':' | '@')
+}
+
 /// Whether `token` stands in `input` whole: not glued to a neighbouring
 /// word, which could make it another word (mutations cut and splice).
 fn intact(input: &str, token: &str) -> bool {
-    let word =
-        |c: char| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '+' | '=' | ':' | '@');
     input.match_indices(token).any(|(i, _)| {
         !input[..i].chars().next_back().is_some_and(word)
             && !input[i + token.len()..].chars().next().is_some_and(word)
     })
 }
 
+/// The copies of `token` in `input` glued to a neighbouring word, each
+/// with the words it is glued to (`agbearer x.yz` of `bearer x.y`): no
+/// longer the secret's form, so a reader may quote them as they are.
+fn glued<'a>(input: &'a str, token: &str) -> Vec<&'a str> {
+    input
+        .match_indices(token)
+        .filter_map(|(i, _)| {
+            let end = i + token.len();
+            let start = input[..i]
+                .char_indices()
+                .rev()
+                .take_while(|(_, c)| word(*c))
+                .last()
+                .map_or(i, |(j, _)| j);
+            let stop = input[end..]
+                .char_indices()
+                .find(|(_, c)| !word(*c))
+                .map_or(input.len(), |(j, _)| end + j);
+            (start < i || stop > end).then(|| &input[start..stop])
+        })
+        .collect()
+}
+
 /// R16.11: what a reader prints about `input` (an error, a diagnostic, an
-/// output line) holds no secret that stood whole in it.
+/// output line) holds no secret that stood whole in it. A copy the input
+/// glued to another word is another word: quoted as it is, it is left out
+/// of the check.
 fn assert_no_secret(name: &str, input: &[u8], output: &str) {
     let input = String::from_utf8_lossy(input);
     for (token, core) in SECRETS {
         if intact(&input, token) {
+            let mut shown = output.to_string();
+            for g in glued(&input, token) {
+                shown = shown.replace(g, "");
+            }
             assert!(
-                !output.contains(core),
+                !shown.contains(core),
                 "{name}: the secret `{token}` reached the output:\n{output}\n--- input\n{input}"
             );
         }
     }
+}
+
+// The oracle itself: a glued copy quoted as it is passes, the whole
+// secret beside it does not (a case a CI run found: the config reader's
+// diagnostic quoted `"agbearer lowEr.CaSeToKeN42.xents"` while the input
+// also held the token whole).
+#[test]
+fn the_oracle_leaves_out_glued_copies_only() {
+    let (token, _) = SECRETS[2];
+    let input = format!("\"ag{token}ents\"[: {{\n}}{token}\n");
+    assert_eq!(glued(&input, token), [format!("ag{token}ents")]);
+    let quoted = format!("2 |   \"ag{token}ents\"[: {{");
+    assert_no_secret("oracle", input.as_bytes(), &quoted);
+    let leak = format!("{quoted}\n3 | }}{token}");
+    let caught = std::panic::catch_unwind(|| assert_no_secret("oracle", input.as_bytes(), &leak));
+    assert!(caught.is_err(), "the whole secret in the output is a leak");
 }
 
 /// Runs `target` on `cases()` mutations of the seeds; returns the count.
