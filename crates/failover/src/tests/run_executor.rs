@@ -888,22 +888,32 @@ async fn r16_11_secrets_never_leak() {
     assert!(!format!("{err} {err:?}").contains("SECRET"));
 }
 
+/// An auto override of `model` whose origin is `origin` (both
+/// `provider/model`), as a fallback writes it (R11.3), to plant in a
+/// session.
+fn auto_override(model: &str, origin: &str) -> impl Fn(&mut crate::store::SessionEntry) {
+    let (model, origin) = (
+        ModelRef::parse(model).unwrap(),
+        ModelRef::parse(origin).unwrap(),
+    );
+    move |e| {
+        e.provider_override = Some(model.provider().into());
+        e.model_override = Some(model.model().into());
+        e.model_override_source = Some("auto".into());
+        e.model_override_fallback_origin_provider = Some(origin.provider().into());
+        e.model_override_fallback_origin_model = Some(origin.model().into());
+    }
+}
+
 // R3.2: a heartbeat clears an auto override whose origin is no longer the
 // configured default; one whose origin still is stays.
 #[tokio::test(start_paused = true)]
 async fn r3_2_heartbeat_clears_stale_auto_override() {
     let h = setup(BASIC, KEYS);
-    let auto = |origin_model: &str| {
-        let origin_model = origin_model.to_string();
-        move |e: &mut crate::store::SessionEntry| {
-            e.provider_override = Some("openai".into());
-            e.model_override = Some("gpt".into());
-            e.model_override_source = Some("auto".into());
-            e.model_override_fallback_origin_provider = Some("anthropic".into());
-            e.model_override_fallback_origin_model = Some(origin_model.clone());
-        }
-    };
-    h.store.update_session("s1", auto("claude-old")).unwrap();
+    let auto = |origin: &str| auto_override("openai/gpt", origin);
+    h.store
+        .update_session("s1", auto("anthropic/claude-old"))
+        .unwrap();
     let mut r = req();
     r.heartbeat = true;
     let s = Script::default();
@@ -911,7 +921,9 @@ async fn r3_2_heartbeat_clears_stale_auto_override() {
     assert_eq!(out.model_ref(), "anthropic/claude");
     assert_eq!(h.entry("s1").model_override, None);
 
-    h.store.update_session("s2", auto("claude")).unwrap();
+    h.store
+        .update_session("s2", auto("anthropic/claude"))
+        .unwrap();
     let mut r = RunRequest::session("s2");
     r.heartbeat = true;
     advance(MINUTE_MS).await;
@@ -948,13 +960,7 @@ async fn r3_2_heartbeat_clears_stale_auto_override() {
 async fn r3_2_an_ordinary_turn_keeps_a_stale_auto_override() {
     let h = setup(BASIC, KEYS);
     h.store
-        .update_session("s1", |e| {
-            e.provider_override = Some("openai".into());
-            e.model_override = Some("gpt".into());
-            e.model_override_source = Some("auto".into());
-            e.model_override_fallback_origin_provider = Some("anthropic".into());
-            e.model_override_fallback_origin_model = Some("claude-old".into());
-        })
+        .update_session("s1", auto_override("openai/gpt", "anthropic/claude-old"))
         .unwrap();
     let s = Script::default();
     let out = h.runner.run(&req(), s.f()).await.unwrap();
@@ -1502,13 +1508,7 @@ async fn r6_4_a_deferred_success_still_writes_the_first_pin() {
 async fn r11_5_falling_back_to_the_overrides_origin_keeps_it_until_it_answers() {
     let h = setup(THREE, KEYS);
     h.store
-        .update_session("s1", |e| {
-            e.provider_override = Some("google".into());
-            e.model_override = Some("gemini".into());
-            e.model_override_source = Some("auto".into());
-            e.model_override_fallback_origin_provider = Some("openai".into());
-            e.model_override_fallback_origin_model = Some("gpt".into());
-        })
+        .update_session("s1", auto_override("google/gemini", "openai/gpt"))
         .unwrap();
     let runner = h.runner.clone();
     let seen = Arc::new(Mutex::new(None));

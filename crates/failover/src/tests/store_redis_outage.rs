@@ -303,6 +303,48 @@ async fn a_mute_server_times_out_at_start() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+// R11.5, R12.2 on Redis: the skip cache and the re-probe clock are per
+// session (a key per session, hex-encoded), `/new` forgets one session's
+// entries only, and `clear` (`state import --replace`) removes them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r12_2_shared_tables_are_per_session() {
+    let Some(server) = RedisServer::start() else {
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let dir = temp_dir("tables");
+    let s = replica(&server, "tables:", &dir).await;
+    let now = now_ms();
+    let until = now + 60_000;
+    s.skip_put("s1", "openai", "gpt", "auth", until)
+        .await
+        .unwrap();
+    s.skip_put("s:2", "openai", "gpt", "billing", until)
+        .await
+        .unwrap();
+    let skip = |session: &'static str| s.skip_get(session, "openai", "gpt", now);
+    assert_eq!(skip("s1").await.unwrap().as_deref(), Some("auth"));
+    assert_eq!(skip("s:2").await.unwrap().as_deref(), Some("billing"));
+    assert_eq!(skip("s3").await.unwrap(), None);
+    let due = |session: &'static str| s.take_reprobe(session, "anthropic/claude", now, 60_000);
+    assert!(due("s1").await.unwrap());
+    assert!(
+        !due("s1").await.unwrap(),
+        "taken: not due again within the interval"
+    );
+    assert!(due("s:2").await.unwrap(), "another session's clock");
+
+    s.forget_session("s1").await.unwrap();
+    assert_eq!(skip("s1").await.unwrap(), None);
+    assert!(due("s1").await.unwrap(), "forgotten: due again");
+    assert_eq!(skip("s:2").await.unwrap().as_deref(), Some("billing"));
+
+    s.clear().await.unwrap();
+    assert_eq!(skip("s:2").await.unwrap(), None);
+    assert!(due("s:2").await.unwrap(), "cleared");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 // R12.2: a skip-cache entry may be due for up to 10 minutes; its key's
 // TTL only collects garbage, so it must outlive that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
