@@ -7,8 +7,9 @@
 //! clear error.
 //!
 //! `cargo test` runs 64 inputs per target; `FUZZ_CASES=N` runs N (CI runs
-//! a bounded number, see `.ci/run`). Each target prints how many inputs
-//! it tried.
+//! a bounded number, see `.ci/run`). Each target prints its random seed
+//! when it starts (`FUZZ_SEED=N` replays a run) and how many inputs it
+//! tried.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +22,7 @@ use crate::load::{build_layers, DEFAULT_RULES};
 use crate::store::{AuthProfiles, AuthState, SessionStore};
 use crate::{Body, Engine, ProviderError};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 /// What one input may cost at most (debug build, shared machine).
 const PER_INPUT: Duration = Duration::from_secs(10);
@@ -218,11 +219,15 @@ fn fuzz(
     assert!(!seeds.is_empty(), "{name}: no seed files");
     let tokens = with_secrets(tokens);
     let tried = AtomicU64::new(0);
-    let mut runner = TestRunner::new(Config {
+    let seed = failover_testkit::FuzzSeed::from_env();
+    eprintln!("fuzz {name}: {seed}");
+    let config = Config {
         cases: cases(),
         failure_persistence: None,
         ..Config::default()
-    });
+    };
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed.bytes());
+    let mut runner = TestRunner::new_with_rng(config, rng);
     let strategy = (0..seeds.len(), proptest::collection::vec(mutation(), 1..8));
     let result = runner.run(&strategy, |(s, muts)| {
         let input = mutate(&seeds[s], &muts, &tokens);
@@ -240,7 +245,7 @@ fn fuzz(
     });
     eprintln!("fuzz {name}: {} inputs", tried.load(Ordering::Relaxed));
     if let Err(e) = result {
-        panic!("{name}: {e}");
+        panic!("{name} ({seed} replays it): {e}");
     }
 }
 

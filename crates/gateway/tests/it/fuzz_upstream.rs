@@ -13,7 +13,8 @@
 //! bounded. (The key is echoed in error texts, as providers do by accident;
 //! the text of an answer is the model's and passes as written: an upstream
 //! that wanted to leak the key it is sent could encode it any way at all.) `cargo test` runs 48 inputs; `FUZZ_CASES=N` runs N (CI runs a
-//! bounded number, see `.ci/run`).
+//! bounded number, see `.ci/run`). The run's random seed is printed when it
+//! starts; `FUZZ_SEED=N` replays it.
 
 use std::io::Write as _;
 use std::sync::{Arc, Mutex};
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::serve_support::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -476,11 +477,15 @@ serve:
         .unwrap();
     let rss0 = rss_bytes();
     let peak = std::sync::atomic::AtomicU64::new(rss0);
-    let mut runner = TestRunner::new(Config {
+    let seed = failover_testkit::FuzzSeed::from_env();
+    let _ = writeln!(std::io::stderr(), "fuzz_upstream: {seed}");
+    let config = Config {
         cases: cases(),
         failure_persistence: None,
         ..Config::default()
-    });
+    };
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed.bytes());
+    let mut runner = TestRunner::new_with_rng(config, rng);
     let strategy = (answer(), answer(), 0u8..4, any::<bool>());
     let tried = std::sync::atomic::AtomicU64::new(0);
     let result = runner.run(&strategy, |(a, b, client, session)| {
@@ -539,7 +544,7 @@ serve:
         Ok(())
     });
     if let Err(e) = result {
-        panic!("{e}");
+        panic!("{seed} replays it: {e}");
     }
     let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
     assert!(!text.is_empty(), "the gateway logged nothing");
