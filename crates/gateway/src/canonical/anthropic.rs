@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use serde_json::{json, Map, Value};
 
 use super::{
-    no_equivalent, opt, str_of, Image, Message, Part, Refusal, Request, Response, Role, StopReason,
-    StreamEvent, Tool, ToolChoice, Usage,
+    no_equivalent, opt, str_of, Image, Message, Part, Refusal, Request, Response, Role,
+    SamplingNames, StopReason, StreamEvent, Tool, ToolChoice, Usage,
 };
 use crate::sse::Event;
 
@@ -221,17 +221,16 @@ pub(crate) fn request_out(r: &Request) -> Result<Map<String, Value>, Refusal> {
         "max_tokens".into(),
         json!(r.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
     );
-    if let Some(t) = &r.temperature {
-        out.insert("temperature".into(), Value::Number(t.clone()));
-    }
-    if let Some(t) = &r.top_p {
-        out.insert("top_p".into(), Value::Number(t.clone()));
-    }
+    r.put_sampling(
+        &mut out,
+        &SamplingNames {
+            max_tokens: None,
+            top_p: "top_p",
+            stop: Some("stop_sequences"),
+        },
+    );
     if let Some(s) = r.stream {
         out.insert("stream".into(), Value::Bool(s));
-    }
-    if let Some(s) = &r.stop {
-        out.insert("stop_sequences".into(), json!(s));
     }
     if let Some(u) = &r.user {
         out.insert("metadata".into(), json!({ "user_id": u }));

@@ -7,8 +7,8 @@
 use serde_json::{json, Map, Value};
 
 use super::{
-    no_equivalent, opt, str_of, Image, Message, Part, Refusal, Request, Response, Role, StopReason,
-    StreamEvent, Tool, ToolChoice, Usage,
+    no_equivalent, opt, str_of, Image, Message, Part, Refusal, Request, Response, Role,
+    SamplingNames, StopReason, StreamEvent, Tool, ToolChoice, Usage,
 };
 use crate::sse::Event;
 
@@ -77,18 +77,14 @@ pub(crate) fn request_out(r: &Request) -> Result<Map<String, Value>, Refusal> {
     }
     out.insert("messages".into(), Value::Array(messages));
     let mut inf = Map::new();
-    if let Some(n) = r.max_tokens {
-        inf.insert("maxTokens".into(), json!(n));
-    }
-    if let Some(t) = &r.temperature {
-        inf.insert("temperature".into(), Value::Number(t.clone()));
-    }
-    if let Some(t) = &r.top_p {
-        inf.insert("topP".into(), Value::Number(t.clone()));
-    }
-    if let Some(s) = &r.stop {
-        inf.insert("stopSequences".into(), json!(s));
-    }
+    r.put_sampling(
+        &mut inf,
+        &SamplingNames {
+            max_tokens: Some("maxTokens"),
+            top_p: "topP",
+            stop: Some("stopSequences"),
+        },
+    );
     if !inf.is_empty() {
         out.insert("inferenceConfig".into(), Value::Object(inf));
     }

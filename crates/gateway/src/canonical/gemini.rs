@@ -7,8 +7,8 @@
 use serde_json::{json, Map, Value};
 
 use super::{
-    no_equivalent, opt, str_of, Image, Message, Part, Refusal, Request, Response, Role, StopReason,
-    StreamEvent, Tool, ToolChoice, Usage,
+    no_equivalent, opt, str_of, Image, Message, Part, Refusal, Request, Response, Role,
+    SamplingNames, StopReason, StreamEvent, Tool, ToolChoice, Usage,
 };
 use crate::sse::Event;
 
@@ -69,18 +69,14 @@ pub(crate) fn request_out(r: &Request) -> Result<Map<String, Value>, Refusal> {
     }
     out.insert("contents".into(), Value::Array(contents));
     let mut gen = Map::new();
-    if let Some(n) = r.max_tokens {
-        gen.insert("maxOutputTokens".into(), json!(n));
-    }
-    if let Some(t) = &r.temperature {
-        gen.insert("temperature".into(), Value::Number(t.clone()));
-    }
-    if let Some(t) = &r.top_p {
-        gen.insert("topP".into(), Value::Number(t.clone()));
-    }
-    if let Some(s) = &r.stop {
-        gen.insert("stopSequences".into(), json!(s));
-    }
+    r.put_sampling(
+        &mut gen,
+        &SamplingNames {
+            max_tokens: Some("maxOutputTokens"),
+            top_p: "topP",
+            stop: Some("stopSequences"),
+        },
+    );
     if !gen.is_empty() {
         out.insert("generationConfig".into(), Value::Object(gen));
     }

@@ -26,7 +26,7 @@
 //! [`StreamEvent`]s. Same-protocol calls never come here: the client's
 //! body goes upstream with only `model` replaced.
 
-use serde_json::{Number, Value};
+use serde_json::{json, Map, Number, Value};
 
 pub(crate) mod anthropic;
 pub(crate) mod bedrock;
@@ -153,7 +153,34 @@ pub(crate) struct Request {
     pub user: Option<String>,
 }
 
+/// A protocol's names for the sampling fields every protocol has
+/// (`temperature` is spelled alike in all). `None`: the converter writes
+/// the field itself (Anthropic's required `max_tokens`) or has refused it
+/// (Responses has no stop sequences).
+pub(crate) struct SamplingNames {
+    pub max_tokens: Option<&'static str>,
+    pub top_p: &'static str,
+    pub stop: Option<&'static str>,
+}
+
 impl Request {
+    /// Writes max tokens, temperature, top_p and the stop sequences the
+    /// request has into `out`, under the protocol's `names`.
+    pub(crate) fn put_sampling(&self, out: &mut Map<String, Value>, names: &SamplingNames) {
+        if let (Some(name), Some(n)) = (names.max_tokens, self.max_tokens) {
+            out.insert(name.into(), json!(n));
+        }
+        if let Some(t) = &self.temperature {
+            out.insert("temperature".into(), Value::Number(t.clone()));
+        }
+        if let Some(t) = &self.top_p {
+            out.insert(names.top_p.into(), Value::Number(t.clone()));
+        }
+        if let (Some(name), Some(s)) = (names.stop, &self.stop) {
+            out.insert(name.into(), json!(s));
+        }
+    }
+
     /// Adds blocks to the last message when it has `role`, else a new
     /// message (Anthropic and Bedrock want the roles to alternate).
     pub(crate) fn push_merged(messages: &mut Vec<Message>, role: Role, parts: Vec<Part>) {

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     no_equivalent, now_secs, opt, prefixed, str_of, Image, Message, Part, Refusal, Request,
-    Response, Role, StopReason, StreamEvent, Tool, ToolChoice, Usage,
+    Response, Role, SamplingNames, StopReason, StreamEvent, Tool, ToolChoice, Usage,
 };
 use crate::sse::Event;
 
@@ -200,23 +200,19 @@ fn parts_in(c: Option<&Value>, i: usize) -> Result<Vec<Part>, Refusal> {
 /// A canonical request as a Chat Completions body (without `model`).
 pub(crate) fn request_out(r: &Request) -> Result<Map<String, Value>, Refusal> {
     let mut out = Map::new();
-    if let Some(n) = r.max_tokens {
-        out.insert("max_tokens".into(), json!(n));
-    }
-    if let Some(t) = &r.temperature {
-        out.insert("temperature".into(), Value::Number(t.clone()));
-    }
-    if let Some(t) = &r.top_p {
-        out.insert("top_p".into(), Value::Number(t.clone()));
-    }
+    r.put_sampling(
+        &mut out,
+        &SamplingNames {
+            max_tokens: Some("max_tokens"),
+            top_p: "top_p",
+            stop: Some("stop"),
+        },
+    );
     if let Some(s) = r.stream {
         out.insert("stream".into(), Value::Bool(s));
         if s {
             out.insert("stream_options".into(), json!({"include_usage": true}));
         }
-    }
-    if let Some(s) = &r.stop {
-        out.insert("stop".into(), json!(s));
     }
     if let Some(u) = &r.user {
         out.insert("user".into(), json!(u));

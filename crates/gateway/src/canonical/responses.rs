@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     no_equivalent, now_secs, opt, str_of, Image, Message, Part, Refusal, Request, Response, Role,
-    StopReason, StreamEvent, Tool, ToolChoice, Usage,
+    SamplingNames, StopReason, StreamEvent, Tool, ToolChoice, Usage,
 };
 use crate::sse::Event;
 
@@ -223,15 +223,15 @@ pub(crate) fn request_out(r: &Request) -> Result<Map<String, Value>, Refusal> {
     if r.stop.as_ref().is_some_and(|s| !s.is_empty()) {
         return Err(no_equivalent("stop"));
     }
-    if let Some(n) = r.max_tokens {
-        out.insert("max_output_tokens".into(), json!(n));
-    }
-    if let Some(t) = &r.temperature {
-        out.insert("temperature".into(), Value::Number(t.clone()));
-    }
-    if let Some(t) = &r.top_p {
-        out.insert("top_p".into(), Value::Number(t.clone()));
-    }
+    // `stop` was refused above.
+    r.put_sampling(
+        &mut out,
+        &SamplingNames {
+            max_tokens: Some("max_output_tokens"),
+            top_p: "top_p",
+            stop: None,
+        },
+    );
     if let Some(s) = r.stream {
         out.insert("stream".into(), Value::Bool(s));
     }
