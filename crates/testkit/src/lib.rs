@@ -1,9 +1,9 @@
 //! Test support shared by the workspace's crates (a dev-dependency only):
 //! a real `redis-server` on a free loopback port ([`RedisServer`]), fresh
 //! temporary directories ([`temp_root`]), a replayable seed for the fuzz
-//! targets ([`FuzzSeed`]), and AWS event-stream frames and
-//! an independent SigV4 verifier for a fake Bedrock ([`aws`]). It depends on no crate of the
-//! workspace, so every crate's unit and integration tests can use it.
+//! targets ([`FuzzSeed`]), and AWS event-stream frames and an independent
+//! SigV4 verifier for a fake Bedrock ([`aws`]). It depends on no crate of
+//! the workspace, so every crate's unit and integration tests can use it.
 #![deny(missing_docs)]
 
 pub mod aws;

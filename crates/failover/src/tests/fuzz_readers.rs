@@ -130,26 +130,27 @@ fn word(c: char) -> bool {
     c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '+' | '=' | ':' | '@')
 }
 
-/// Whether `token` stands in `text` whole: not glued to a neighbouring
+/// Where `token` stands in `text` whole: not glued to a neighbouring
 /// word, which would make it another word (mutations cut and splice).
-fn intact(text: &str, token: &str) -> bool {
-    text.match_indices(token).any(|(i, _)| {
-        !text[..i].chars().next_back().is_some_and(word)
-            && !text[i + token.len()..].chars().next().is_some_and(word)
+fn whole_copies<'a>(text: &'a str, token: &'a str) -> impl Iterator<Item = usize> + 'a {
+    text.match_indices(token).filter_map(move |(i, _)| {
+        let glued = text[..i].chars().next_back().is_some_and(word)
+            || text[i + token.len()..].chars().next().is_some_and(word);
+        (!glued).then_some(i)
     })
+}
+
+fn intact(text: &str, token: &str) -> bool {
+    whole_copies(text, token).next().is_some()
 }
 
 /// `text` with every whole copy of `token` taken out.
 fn without_intact(text: &str, token: &str) -> String {
     let mut rest = String::with_capacity(text.len());
     let mut from = 0;
-    for (i, _) in text.match_indices(token) {
-        let whole = !text[..i].chars().next_back().is_some_and(word)
-            && !text[i + token.len()..].chars().next().is_some_and(word);
-        if whole && i >= from {
-            rest.push_str(&text[from..i]);
-            from = i + token.len();
-        }
+    for i in whole_copies(text, token) {
+        rest.push_str(&text[from..i]);
+        from = i + token.len();
     }
     rest.push_str(&text[from..]);
     rest
