@@ -314,8 +314,11 @@ impl Diagnostic {
             Severity::Warning => "warning",
         };
         // Titles, labels and help quote the rules' own words (`found
-        // `…``, `unknown reason `…``): credential-shaped ones are masked.
-        use crate::redact::redact;
+        // `…``, `unknown reason `…``): credential-shaped ones are masked,
+        // and so is any word the lines pointed at hold in a credential
+        // (a quote of it alone is no longer credential-shaped).
+        let secrets = self.quoted_secrets(sources);
+        let redact = |t: &str| secrets.scrub(&crate::redact::redact(t)).into_owned();
         let _ = writeln!(
             out,
             "{kind}[{}]: {}",
@@ -341,6 +344,34 @@ impl Diagnostic {
             let _ = writeln!(out, "  = help: {}", redact(help));
         }
         out
+    }
+
+    /// The words that the lines this diagnostic points at hold in a
+    /// credential ([`crate::redact::masked_words`]), near each span.
+    fn quoted_secrets(&self, sources: &SourceMap) -> crate::redact::Redactor {
+        let spans = (!self.whole_file)
+            .then_some(self.span)
+            .into_iter()
+            .chain(self.notes.iter().map(|n| n.span));
+        let mut words = Vec::new();
+        for span in spans {
+            let file = sources.get(span.file);
+            let text = file.line_text(span.line);
+            // Around the span only, as the snippet is (a one-line ruleset
+            // is megabytes): what it shows and the margin it checks.
+            let at = (span.start as usize).saturating_sub(file.line_start(span.line));
+            let reach = SNIPPET_MAX_BYTES + 256;
+            let mut from = at.saturating_sub(reach).min(text.len());
+            let mut to = (at + reach).min(text.len());
+            while !text.is_char_boundary(from) {
+                from -= 1;
+            }
+            while !text.is_char_boundary(to) {
+                to += 1;
+            }
+            words.extend(crate::redact::masked_words(&text[from..to]));
+        }
+        crate::redact::Redactor::new(words)
     }
 }
 
@@ -661,6 +692,58 @@ mod tests {
         let g = sources.add("short.rules", "rule x when BAD\n".to_string());
         let d = Diagnostic::new(Code::E001, sources.span(g, 12, 15), "bad");
         assert!(d.render(&sources).contains("1 | rule x when BAD\n"));
+    }
+
+    // R16.11: a line holding a credential is not shown, and the title,
+    // label, help and notes do not quote the credential's words either,
+    // though a word alone is no longer credential-shaped. Found by the
+    // rules reader's fuzz target: pest's `found `…`` quoted the base64
+    // after a `Basic` the mutations had moved into a rule.
+    #[test]
+    fn r16_11_messages_do_not_quote_a_credential_of_the_line() {
+        let mut sources = SourceMap::new();
+        let line = "   and Basic dXNlcjpodW50ZXIyMg==(type in [\"validationexception\"])\n";
+        let f = sources.add("fuzz.rules", format!("rule x\n  when a\n{line}"));
+        let at = 17 + line.find("dXNl").unwrap();
+        let span = sources.span(f, at, at + 18);
+        let d = Diagnostic::new(
+            Code::E001,
+            span,
+            "expected an operator, found `dXNlcjpodW50ZXIyMg`",
+        )
+        .label("unexpected `dXNlcjpodW50ZXIyMg`")
+        .help("not `DXNLCJPODW50ZXIYMG` either")
+        .note(span, "see `dXNlcjpodW50ZXIyMg`");
+        let out = d.render(&sources);
+        assert!(!out.to_ascii_lowercase().contains("dxnlcjpodw50"), "{out}");
+        assert_eq!(out.matches("<redacted>").count(), 4, "{out}");
+        assert!(
+            out.contains("(line not shown: it may hold a secret)"),
+            "{out}"
+        );
+        // The rest of the message stays, and so does a word of the line
+        // that is no credential.
+        let d = Diagnostic::new(
+            Code::E001,
+            span,
+            "found `validationexception` after `dXNlcjpodW50ZXIyMg`",
+        );
+        let out = d.render(&sources);
+        assert!(
+            out.contains("error[E001]: found `validationexception` after `<redacted>`"),
+            "{out}"
+        );
+        // A line with no credential: its words are quoted as they are.
+        let g = sources.add(
+            "plain.rules",
+            "rule x when message has dXNlcjpodW50ZXIyMg\n".to_string(),
+        );
+        let d = Diagnostic::new(
+            Code::E001,
+            sources.span(g, 24, 42),
+            "found `dXNlcjpodW50ZXIyMg`",
+        );
+        assert!(d.render(&sources).contains("found `dXNlcjpodW50ZXIyMg`"));
     }
 
     #[test]

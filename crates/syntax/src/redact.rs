@@ -8,7 +8,8 @@
 //!
 //! - [`may_hold_secret`]: a source line that sets a secret-named key
 //!   (`apiKey: …`) or holds a credential-shaped value is not quoted at
-//!   all (config and rules diagnostics say "line not shown");
+//!   all (config and rules diagnostics say "line not shown", and scrub
+//!   their messages of the credential's words, [`masked_words`]);
 //! - [`redact`]: every credential-shaped token in a text (a known prefix
 //!   such as `sk-`, `Bearer …`, a `user:password@` URL, a long random
 //!   token) is masked as a stored secret is (`sk-…wxyz`), the rest kept;
@@ -363,6 +364,45 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     }
     done.push_str(rest);
     Cow::Owned(done)
+}
+
+/// Words shorter than this are not taken for a credential by
+/// [`masked_words`]: `redact` masks the whole word after `Bearer`, which
+/// may carry a short neighbour (`abc.def==(type`) along with it.
+pub const MIN_MASKED_WORD: usize = 8;
+
+/// The words of `text` (runs of `[A-Za-z0-9_.-]`, [`MIN_MASKED_WORD`]
+/// characters or more) that [`redact`] masks. A message about a line that
+/// holds a credential may quote one of them alone, without the context
+/// that made it one: a parser's `found `dXNlcjpwYXNz`` about `Basic
+/// dXNlcjpwYXNz==` is no longer credential-shaped, so the message is
+/// scrubbed of these words too (`crate::diag`).
+pub fn masked_words(text: &str) -> Vec<&str> {
+    let masked = redact(text);
+    if matches!(masked, Cow::Borrowed(_)) {
+        return Vec::new();
+    }
+    // What is left of each word after masking, counted: a word masked in
+    // one place and kept in another is a credential's once.
+    let mut kept = std::collections::HashMap::<&str, usize>::new();
+    for w in long_words(&masked) {
+        *kept.entry(w).or_default() += 1;
+    }
+    long_words(text)
+        .filter(|w| match kept.get_mut(w) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                false
+            }
+            _ => true,
+        })
+        .collect()
+}
+
+/// The runs of `[A-Za-z0-9_.-]` of [`MIN_MASKED_WORD`] characters or more.
+fn long_words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+        .filter(|w| w.len() >= MIN_MASKED_WORD)
 }
 
 /// Names whose value is an AWS secret, by how their words (split as
@@ -1111,6 +1151,35 @@ mod tests {
     // After `Bearer` / `Basic` the next word goes, keeping the spaces;
     // the scheme word with nothing after it, or glued to punctuation,
     // masks nothing.
+    #[test]
+    fn r16_11_masked_words_are_the_credentials_words() {
+        assert_eq!(
+            masked_words("and Basic dXNlcjpodW50ZXIyMg==(type in [x])"),
+            ["dXNlcjpodW50ZXIyMg"]
+        );
+        assert_eq!(
+            masked_words("auth: bearer lowEr.CaSeToKeN42.x then"),
+            ["lowEr.CaSeToKeN42.x"]
+        );
+        assert_eq!(
+            masked_words("key sk-proj-abcdefghijklmnopqrstuvwxyz123456 failed"),
+            ["sk-proj-abcdefghijklmnopqrstuvwxyz123456"]
+        );
+        assert_eq!(
+            masked_words("https://bob:Hunter2Secret9@example.com/v1"),
+            ["Hunter2Secret9"]
+        );
+        // Nothing to mask, nothing masked; short words are never taken.
+        assert!(masked_words("rule x when message has validationexception").is_empty());
+        assert!(masked_words("Bearer abc.def now").is_empty());
+        // A word masked in one place and shown in another is a credential
+        // once.
+        assert_eq!(
+            masked_words("tokenvalue1 Bearer tokenvalue1 Bearer tokenvalue1"),
+            ["tokenvalue1", "tokenvalue1"]
+        );
+    }
+
     #[test]
     fn r16_11_scheme_masks_the_next_word_only() {
         let key = "sk-proj-abcdefghijklmnop";
