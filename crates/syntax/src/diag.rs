@@ -313,12 +313,7 @@ impl Diagnostic {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        // Titles, labels and help quote the rules' own words (`found
-        // `…``, `unknown reason `…``): credential-shaped ones are masked,
-        // and so is any word the lines pointed at hold in a credential
-        // (a quote of it alone is no longer credential-shaped).
-        let secrets = self.quoted_secrets(sources);
-        let redact = |t: &str| secrets.scrub(&crate::redact::redact(t)).into_owned();
+        let redact = self.masker(sources);
         let _ = writeln!(
             out,
             "{kind}[{}]: {}",
@@ -344,6 +339,15 @@ impl Diagnostic {
             let _ = writeln!(out, "  = help: {}", redact(help));
         }
         out
+    }
+
+    /// How the title, labels and help are shown. They quote the input's
+    /// own words (`found `…``, `unknown reason `…``): credential-shaped
+    /// ones are masked, and so is any word the lines pointed at hold in a
+    /// credential (a quote of it alone is no longer credential-shaped).
+    fn masker(&self, sources: &SourceMap) -> impl Fn(&str) -> String {
+        let secrets = self.quoted_secrets(sources);
+        move |t| secrets.scrub(&crate::redact::redact(t)).into_owned()
     }
 
     /// The words that the lines this diagnostic points at hold in a
@@ -563,7 +567,7 @@ pub fn render_all(diags: &[Diagnostic], sources: &SourceMap) -> String {
 /// (`docs/json.md`): the same code, words and place as the rendering,
 /// credential-shaped words masked alike.
 pub fn to_json(d: &Diagnostic, sources: &SourceMap) -> serde_json::Value {
-    use crate::redact::redact;
+    let redact = d.masker(sources);
     let place = |span: Span| {
         let f = sources.get(span.file);
         let (end_line, end_col) = f.line_col(span.end as usize);
@@ -584,7 +588,7 @@ pub fn to_json(d: &Diagnostic, sources: &SourceMap) -> serde_json::Value {
     .into();
     v["title"] = redact(&d.title).into();
     v["label"] = redact(&d.label).into();
-    v["help"] = d.help.as_deref().map(|h| redact(h).into_owned()).into();
+    v["help"] = d.help.as_deref().map(&redact).into();
     v["notes"] = d
         .notes
         .iter()
@@ -717,6 +721,12 @@ mod tests {
         let out = d.render(&sources);
         assert!(!out.to_ascii_lowercase().contains("dxnlcjpodw50"), "{out}");
         assert_eq!(out.matches("<redacted>").count(), 4, "{out}");
+        let json = to_json(&d, &sources).to_string();
+        assert!(
+            !json.to_ascii_lowercase().contains("dxnlcjpodw50"),
+            "{json}"
+        );
+        assert_eq!(json.matches("<redacted>").count(), 4, "{json}");
         assert!(
             out.contains("(line not shown: it may hold a secret)"),
             "{out}"
