@@ -20,12 +20,50 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
     failover_testkit::temp_root("outage", tag)
 }
 
-/// A replica (agent `main`) on `server`, keys under `prefix`, its
-/// secrets' files in `dir`.
-async fn replica(server: &RedisServer, prefix: &str, dir: &std::path::Path) -> RedisStore {
-    RedisStore::connect(&server.url(), prefix, dir, "main")
-        .await
-        .unwrap()
+/// A `redis-server` of the test's own, and a directory for the replicas'
+/// secrets' files, removed when the test ends (passed or failed).
+struct Fixture {
+    server: RedisServer,
+    dir: std::path::PathBuf,
+    prefix: String,
+}
+
+impl Fixture {
+    /// Keys under `tag:`; `None` (said on stderr) when `redis-server` is
+    /// missing and `FAILOVER_SKIP_REDIS=1` allows the test to skip.
+    fn start(tag: &str) -> Option<Fixture> {
+        let Some(server) = RedisServer::start() else {
+            eprintln!("skipped: no redis-server");
+            return None;
+        };
+        let (dir, prefix) = (temp_dir(tag), format!("{tag}:"));
+        Some(Fixture {
+            server,
+            dir,
+            prefix,
+        })
+    }
+
+    /// A replica (agent `main`).
+    async fn replica(&self) -> RedisStore {
+        RedisStore::connect(&self.server.url(), &self.prefix, &self.dir, "main")
+            .await
+            .unwrap()
+    }
+
+    /// A plain connection of the test's own, to look at (or spoil) keys.
+    fn raw(&self) -> redis::Connection {
+        redis::Client::open(self.server.url().as_str())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .unwrap()
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 fn now_ms() -> u64 {
@@ -33,14 +71,6 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
-}
-
-/// A plain connection of the test's own, to look at (or spoil) keys.
-fn raw(server: &RedisServer) -> redis::Connection {
-    redis::Client::open(server.url().as_str())
-        .unwrap()
-        .get_connection_with_timeout(Duration::from_secs(5))
-        .unwrap()
 }
 
 fn set_model(model: &'static str) -> impl FnMut(&mut crate::store::SessionEntry) + Send {
@@ -69,12 +99,10 @@ async fn until_up(s: &RedisStore) {
 // outage count is what `failover_state_backend_up` and `status` report.
 #[tokio::test(flavor = "current_thread")]
 async fn an_outage_serves_the_local_view_and_merges_it_back() {
-    let Some(mut server) = RedisServer::start() else {
-        eprintln!("skipped: no redis-server");
+    let Some(mut fx) = Fixture::start("outage") else {
         return;
     };
-    let dir = temp_dir("serve");
-    let a = replica(&server, "outage:", &dir).await;
+    let a = fx.replica().await;
     let t0 = now_ms();
     // Online: two sessions, and a profile cooling (A saw all of them).
     edit_session(&a, "s1", set_model("gpt")).await.unwrap();
@@ -100,7 +128,7 @@ async fn an_outage_serves_the_local_view_and_merges_it_back() {
 
     let capture = LogCapture::start();
 
-    server.kill();
+    fx.server.kill();
     // Both sessions are served from the local view, as last seen.
     assert_eq!(model_of(&a, "s1").await.as_deref(), Some("gpt"));
     assert!(!a.is_up(), "the read found the server gone");
@@ -140,7 +168,7 @@ async fn an_outage_serves_the_local_view_and_merges_it_back() {
     .unwrap();
     assert_eq!(a.outages(), 1, "one outage, however many calls saw it");
 
-    server.restart();
+    fx.server.restart();
     until_up(&a).await;
     let log = capture.text();
     assert_eq!(
@@ -154,7 +182,7 @@ async fn an_outage_serves_the_local_view_and_merges_it_back() {
     );
 
     // What another replica reads now: the outage's writes.
-    let c = replica(&server, "outage:", &dir).await;
+    let c = fx.replica().await;
     assert_eq!(model_of(&c, "s1").await.as_deref(), Some("mistral"));
     assert_eq!(model_of(&c, "s2").await.as_deref(), Some("claude"));
     assert_eq!(model_of(&c, "s3").await.as_deref(), Some("gemini"));
@@ -166,11 +194,9 @@ async fn an_outage_serves_the_local_view_and_merges_it_back() {
     assert_eq!((s.cooldown_until, s.error_count), (None, 0));
 
     // A second outage is counted as one more.
-    server.kill();
+    fx.server.kill();
     AsyncStore::load_state(&a).await.unwrap();
     assert_eq!(a.health(), Some((false, 2)));
-    drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The store's per-record calls, reads and writes.
@@ -211,19 +237,17 @@ async fn call(s: &RedisStore, name: &str) -> Result<(), crate::store::StoreError
 // stale. Every per-record call, reads and writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_command_is_an_error_not_an_outage() {
-    let Some(server) = RedisServer::start() else {
-        eprintln!("skipped: no redis-server");
+    let Some(fx) = Fixture::start("refused") else {
         return;
     };
-    let dir = temp_dir("refused");
-    let a = replica(&server, "refused:", &dir).await;
+    let a = fx.replica().await;
     assert_eq!(AsyncStore::agent_id(&a), "main");
     assert_eq!(crate::store::Store::agent_id(&a), "main");
     for key in ["refused:main:stats", "refused:main:sessions"] {
         let _: () = redis::cmd("SET")
             .arg(key)
             .arg("not a hash")
-            .query(&mut raw(&server))
+            .query(&mut fx.raw())
             .unwrap();
     }
     for name in CALLS {
@@ -231,29 +255,25 @@ async fn a_refused_command_is_an_error_not_an_outage() {
         assert!(e.contains("WRONGTYPE"), "{name}: {e}");
     }
     assert_eq!((a.is_up(), a.outages()), (true, 0));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // Whichever call first meets a lost server, read or write, answers from
 // the local view (and the store knows it is down), instead of failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_call_that_meets_an_outage_answers_locally() {
-    let Some(mut server) = RedisServer::start() else {
-        eprintln!("skipped: no redis-server");
+    let Some(mut fx) = Fixture::start("first") else {
         return;
     };
-    let dir = temp_dir("first");
     for name in CALLS {
-        let a = replica(&server, "first:", &dir).await;
+        let a = fx.replica().await;
         a.load_run("s1").await.unwrap();
-        server.kill();
+        fx.server.kill();
         call(&a, name)
             .await
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!((a.is_up(), a.outages()), (false, 1), "{name}");
-        server.restart();
+        fx.server.restart();
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // An unreachable server at start is an error naming it, never its
@@ -308,12 +328,10 @@ async fn a_mute_server_times_out_at_start() {
 // entries only, and `clear` (`state import --replace`) removes them all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r12_2_shared_tables_are_per_session() {
-    let Some(server) = RedisServer::start() else {
-        eprintln!("skipped: no redis-server");
+    let Some(fx) = Fixture::start("tables") else {
         return;
     };
-    let dir = temp_dir("tables");
-    let s = replica(&server, "tables:", &dir).await;
+    let s = fx.replica().await;
     let now = now_ms();
     let until = now + 60_000;
     s.skip_put("s1", "openai", "gpt", "auth", until)
@@ -342,19 +360,16 @@ async fn r12_2_shared_tables_are_per_session() {
     s.clear().await.unwrap();
     assert_eq!(skip("s:2").await.unwrap(), None);
     assert!(due("s:2").await.unwrap(), "cleared");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // R12.2: a skip-cache entry may be due for up to 10 minutes; its key's
 // TTL only collects garbage, so it must outlive that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r12_2_skip_entries_are_kept_longer_than_they_are_due() {
-    let Some(server) = RedisServer::start() else {
-        eprintln!("skipped: no redis-server");
+    let Some(fx) = Fixture::start("ttl") else {
         return;
     };
-    let dir = temp_dir("skipttl");
-    let a = replica(&server, "ttl:", &dir).await;
+    let a = fx.replica().await;
     let now = now_ms();
     let until = now + 600_000;
     a.skip_put("s1", "openai", "gpt", "auth", until)
@@ -364,7 +379,7 @@ async fn r12_2_skip_entries_are_kept_longer_than_they_are_due() {
     let skip = |at: u64| a.skip_get("s1", "openai", "gpt", at);
     assert_eq!(skip(until - 1).await.unwrap().as_deref(), Some("auth"));
     assert_eq!(skip(until).await.unwrap(), None);
-    let mut c = raw(&server);
+    let mut c = fx.raw();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("ttl:main:skip:*")
         .query(&mut c)
@@ -372,32 +387,28 @@ async fn r12_2_skip_entries_are_kept_longer_than_they_are_due() {
     assert_eq!(keys.len(), 1, "{keys:?}");
     let ttl: i64 = redis::cmd("PTTL").arg(&keys[0]).query(&mut c).unwrap();
     assert!(ttl > 600_000, "collected after {ttl} ms");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // An edit that changes only a provider's `lastGood` is written like any
 // other (the compare-and-set covers both records of a profile edit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_of_last_good_alone_is_written() {
-    let Some(server) = RedisServer::start() else {
-        eprintln!("skipped: no redis-server");
+    let Some(fx) = Fixture::start("good") else {
         return;
     };
-    let dir = temp_dir("lastgood");
-    let a = replica(&server, "good:", &dir).await;
+    let a = fx.replica().await;
     edit_profile(&a, "openai:b", "openai", |st| {
         st.last_good.insert("openai".into(), "openai:b".into());
     })
     .await
     .unwrap();
-    let c = replica(&server, "good:", &dir).await;
+    let c = fx.replica().await;
     let st = AsyncStore::load_state(&c).await.unwrap();
     assert_eq!(
         st.last_good.get("openai").map(String::as_str),
         Some("openai:b")
     );
     assert!(st.usage_stats.is_empty(), "{:?}", st.usage_stats);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // Issue 13's cost model: an update first compares against the records as
@@ -407,13 +418,11 @@ async fn an_edit_of_last_good_alone_is_written() {
 // reads first — 2 round trips — instead of losing one more compare (3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_compare_drops_the_stale_picture_of_the_hash() {
-    let Some(server) = RedisServer::start() else {
-        eprintln!("skipped: no redis-server");
+    let Some(fx) = Fixture::start("forget") else {
         return;
     };
-    let dir = temp_dir("forget");
-    let a = replica(&server, "forget:", &dir).await;
-    let b = replica(&server, "forget:", &dir).await;
+    let a = fx.replica().await;
+    let b = fx.replica().await;
     let count = |id: &'static str, n: u32| {
         move |st: &mut crate::store::AuthState| {
             st.usage_stats.entry(id.into()).or_default().error_count = n;
@@ -441,7 +450,6 @@ async fn a_lost_compare_drops_the_stale_picture_of_the_hash() {
     let st = AsyncStore::load_state(&b).await.unwrap();
     assert_eq!(st.usage_stats["openai:a"].error_count, 2);
     assert_eq!(st.usage_stats["openai:b"].error_count, 2);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // A cancelled run's roll-back is written at once (no runtime to await)
@@ -449,12 +457,10 @@ async fn a_lost_compare_drops_the_stale_picture_of_the_hash() {
 // as read, so an edit that counts counts one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_without_a_runtime_is_written_once() {
-    let Some(server) = RedisServer::start() else {
-        eprintln!("skipped: no redis-server");
+    let Some(fx) = Fixture::start("now") else {
         return;
     };
-    let dir = temp_dir("now");
-    let a = replica(&server, "now:", &dir).await;
+    let a = fx.replica().await;
     let count = || {
         Box::new(|e: &mut crate::store::SessionEntry| {
             e.compaction_count = Some(e.compaction_count.unwrap_or(0) + 1);
@@ -464,42 +470,36 @@ async fn a_rollback_without_a_runtime_is_written_once() {
     a.update_session_now("s1", count()).unwrap();
     // An edit that changes nothing writes nothing, and fails nothing.
     a.update_session_now("s1", Box::new(|_| {})).unwrap();
-    let b = replica(&server, "now:", &dir).await;
+    let b = fx.replica().await;
     let e = AsyncStore::load_session(&b, "s1").await.unwrap().unwrap();
     assert_eq!(e.compaction_count, Some(2));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // R16.1 across replicas: one probe of a cooling provider per window,
 // whichever replica asks; other providers have their own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r16_1_the_probe_throttle_is_shared_by_replicas() {
-    let Some(server) = RedisServer::start() else {
-        eprintln!("skipped: no redis-server");
+    let Some(fx) = Fixture::start("probe") else {
         return;
     };
-    let dir = temp_dir("probe");
-    let a = replica(&server, "probe:", &dir).await;
-    let b = replica(&server, "probe:", &dir).await;
+    let a = fx.replica().await;
+    let b = fx.replica().await;
     let t = now_ms();
     assert!(a.try_probe("openai", t, 30_000).await.unwrap());
     assert!(!b.try_probe("openai", t + 1_000, 30_000).await.unwrap());
     assert!(b.try_probe("anthropic", t + 1_000, 30_000).await.unwrap());
     assert!(b.try_probe("openai", t + 30_000, 30_000).await.unwrap());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // The secrets stay in files beside a Redis store; a damaged secrets file
 // is reported (a problem the gateway logs and `status` shows), not fatal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_secrets_file_is_reported() {
-    let Some(server) = RedisServer::start() else {
-        eprintln!("skipped: no redis-server");
+    let Some(fx) = Fixture::start("problems") else {
         return;
     };
-    let dir = temp_dir("problems");
-    let a = replica(&server, "problems:", &dir).await;
-    let file = dir.join("agents/main/agent/auth-profiles.json");
+    let a = fx.replica().await;
+    let file = fx.dir.join("agents/main/agent/auth-profiles.json");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(&file, "{ not json").unwrap();
     let p = AsyncStore::load_profiles(&a).await.unwrap();
@@ -511,5 +511,4 @@ async fn a_damaged_secrets_file_is_reported() {
     std::fs::write(&file, "[1, 2").unwrap();
     crate::store::Store::load_profiles(&a).unwrap();
     assert_eq!(crate::store::Store::take_problems(&a).len(), 1);
-    let _ = std::fs::remove_dir_all(&dir);
 }
