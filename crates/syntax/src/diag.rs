@@ -365,14 +365,7 @@ impl Diagnostic {
             // is megabytes): what it shows and the margin it checks.
             let at = (span.start as usize).saturating_sub(file.line_start(span.line));
             let reach = SNIPPET_MAX_BYTES + 256;
-            let mut from = at.saturating_sub(reach).min(text.len());
-            let mut to = (at + reach).min(text.len());
-            while !text.is_char_boundary(from) {
-                from -= 1;
-            }
-            while !text.is_char_boundary(to) {
-                to += 1;
-            }
+            let (from, to) = whole_chars(text, at.saturating_sub(reach), at + reach);
             words.extend(crate::redact::masked_words(&text[from..to]));
         }
         crate::redact::Redactor::new(words)
@@ -383,6 +376,19 @@ impl Diagnostic {
 const SNIPPET_MAX_BYTES: usize = 240;
 /// How much of a long line the window shows on each side of the span.
 const SNIPPET_CONTEXT_BYTES: usize = 80;
+
+/// `from..to` within `text`, widened to whole characters (`from` down,
+/// `to` up; `str::floor_char_boundary` is newer than the MSRV).
+fn whole_chars(text: &str, from: usize, to: usize) -> (usize, usize) {
+    let (mut from, mut to) = (from.min(text.len()), to.min(text.len()));
+    while !text.is_char_boundary(from) {
+        from -= 1;
+    }
+    while !text.is_char_boundary(to) {
+        to += 1;
+    }
+    (from, to)
+}
 
 fn render_snippet(out: &mut String, sources: &SourceMap, span: Span, label: &str, arrow: &str) {
     let file = sources.get(span.file);
@@ -408,17 +414,12 @@ fn render_snippet(out: &mut String, sources: &SourceMap, span: Span, label: &str
     // window around the span: quoting it whole under each of thousands of
     // diagnostics took gigabytes.
     let (from, to) = if text.len() > SNIPPET_MAX_BYTES {
-        let mut from = span_start.saturating_sub(SNIPPET_CONTEXT_BYTES);
-        while !text.is_char_boundary(from) {
-            from -= 1;
-        }
-        let mut to = (span_end.max(span_start + 1) + SNIPPET_CONTEXT_BYTES)
-            .min(span_start + SNIPPET_MAX_BYTES)
-            .min(text.len());
-        while !text.is_char_boundary(to) {
-            to += 1;
-        }
-        (from, to)
+        whole_chars(
+            text,
+            span_start.saturating_sub(SNIPPET_CONTEXT_BYTES),
+            (span_end.max(span_start + 1) + SNIPPET_CONTEXT_BYTES)
+                .min(span_start + SNIPPET_MAX_BYTES),
+        )
     } else {
         (0, text.len())
     };
@@ -430,13 +431,7 @@ fn render_snippet(out: &mut String, sources: &SourceMap, span: Span, label: &str
     // What is shown, and a margin around it where a token cut by the
     // window's edges may continue (checking the whole line would cost its
     // length per diagnostic).
-    let (mut near_from, mut near_to) = (from.saturating_sub(256), (to + 256).min(text.len()));
-    while !text.is_char_boundary(near_from) {
-        near_from -= 1;
-    }
-    while !text.is_char_boundary(near_to) {
-        near_to += 1;
-    }
+    let (near_from, near_to) = whole_chars(text, from.saturating_sub(256), to + 256);
     if crate::redact::may_hold_secret(&text[near_from..near_to]) {
         // Quoting the line back (a key pasted into a comment, say) would
         // print the secret: where it is must do (SPEC R16.11).
