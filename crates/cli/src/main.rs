@@ -12,7 +12,7 @@ mod cli;
 mod embedded;
 mod lsp;
 
-// mimalloc: measured in crates/failover/benches/README.md ("Gateway"); the
+// mimalloc: measured in benches/README.md ("Gateway"); the
 // library leaves the allocator to whoever embeds it.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -26,17 +26,18 @@ use std::path::{Path, PathBuf};
 
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
-/// The workspace's crates, lowest first: (directory under `crates/`,
-/// package, the name code uses). A crate may use only those before it.
+/// The workspace's crates, lowest first: (directory from the repository's
+/// root, package, the name code uses). A crate may use only those before
+/// it. The engine is the main package, at the root (`.`).
 const LAYERS: &[(&str, &str, &str)] = &[
-    ("syntax", "failover-syntax", "failover_syntax"),
-    ("failover", "failover", "failover"),
-    ("gateway", "failover-gateway", "failover_gateway"),
-    ("cli", "failover-cli", "failover_cli"),
+    ("crates/syntax", "failover-syntax", "failover_syntax"),
+    (".", "failover", "failover"),
+    ("crates/gateway", "failover-gateway", "failover_gateway"),
+    ("crates/cli", "failover-cli", "failover_cli"),
 ];
 
 /// Test support, a dev-dependency only: outside the layers.
-const TESTKIT: (&str, &str, &str) = ("testkit", "failover-testkit", "failover_testkit");
+const TESTKIT: (&str, &str, &str) = ("crates/testkit", "failover-testkit", "failover_testkit");
 
 /// `failover-syntax`'s stages in the order data flows (its `lib.rs`
 /// declares them alphabetically): files and reads, redaction, source
@@ -44,14 +45,15 @@ const TESTKIT: (&str, &str, &str) = ("testkit", "failover-testkit", "failover_te
 const SYNTAX_STAGES: &[&str] = &["fsio", "redact", "source", "diag", "rules"];
 
 /// Modules that only re-export, per crate directory: left out of the graph.
-const FACADES: &[(&str, &[&str])] = &[("failover", &["errors"])];
+const FACADES: &[(&str, &[&str])] = &[(".", &["errors"])];
 
-fn crates_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+/// The repository's root: the workspace and the `failover` package.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 fn src_of(dir: &str) -> PathBuf {
-    crates_dir().join(dir).join("src")
+    root().join(dir).join("src")
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -368,14 +370,17 @@ fn facades_of(dir: &str) -> &'static [&'static str] {
         .map_or(&[][..], |(_, f)| *f)
 }
 
-/// Every crate directory under `crates/`, each checked to be placed.
+/// Every crate directory: the root package (`.`) and each under
+/// `crates/`, each checked to be placed.
 fn crate_dirs() -> Vec<String> {
-    let mut dirs: Vec<String> = std::fs::read_dir(crates_dir())
+    let mut dirs: Vec<String> = std::fs::read_dir(root().join("crates"))
         .unwrap()
         .map(|e| e.unwrap())
         .filter(|e| e.path().join("Cargo.toml").exists())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .map(|e| format!("crates/{}", e.file_name().to_string_lossy()))
         .collect();
+    assert!(root().join("Cargo.toml").exists() && root().join("src/lib.rs").exists());
+    dirs.push(".".to_string());
     dirs.sort();
     dirs
 }
@@ -580,7 +585,7 @@ fn crates_used(code: &str, names: &[&str]) -> BTreeSet<String> {
 
 /// What the layering check reads of one crate.
 struct CrateFacts {
-    /// Its directory under `crates/`.
+    /// Its directory from the repository's root (`.` for the root package).
     dir: String,
     /// Its package name.
     package: String,
@@ -593,7 +598,7 @@ struct CrateFacts {
 }
 
 fn facts(dir: &str) -> CrateFacts {
-    let toml = std::fs::read_to_string(crates_dir().join(dir).join("Cargo.toml")).unwrap();
+    let toml = std::fs::read_to_string(root().join(dir).join("Cargo.toml")).unwrap();
     let package = regex::Regex::new(r#"(?m)^\s*name\s*=\s*"([^"]+)""#)
         .unwrap()
         .captures(&toml)
@@ -661,10 +666,7 @@ fn layer_violations(crates: &[CrateFacts]) -> Vec<String> {
             continue;
         }
         let Some(mine) = level(me) else {
-            out.push(format!(
-                "crates/{} ({me}) has no place in the layer order",
-                c.dir
-            ));
+            out.push(format!("{} ({me}) has no place in the layer order", c.dir));
             continue;
         };
         for (how, d) in c
@@ -690,10 +692,7 @@ fn layer_violations(crates: &[CrateFacts]) -> Vec<String> {
 fn no_crate_depends_on_a_crate_above_it() {
     let dirs = crate_dirs();
     for (dir, _, _) in LAYERS.iter().chain([&TESTKIT]) {
-        assert!(
-            dirs.iter().any(|d| d == dir),
-            "crates/{dir} is missing: {dirs:?}"
-        );
+        assert!(dirs.iter().any(|d| d == dir), "{dir} is missing: {dirs:?}");
     }
     let all: Vec<CrateFacts> = dirs.iter().map(|d| facts(d)).collect();
     // The checks read something: each crate uses the one below it.
@@ -714,7 +713,7 @@ fn no_import_cycle_between_top_level_modules() {
         let c = cycles(&top);
         assert!(
             c.is_empty(),
-            "crates/{dir}: import cycles between modules: {c:?}\nedges: {top:#?}"
+            "{dir}: import cycles between modules: {c:?}\nedges: {top:#?}"
         );
     }
     // The graphs were read.
@@ -722,10 +721,18 @@ fn no_import_cycle_between_top_level_modules() {
         let (top, sub) = graphs(&src_of(dir), facades_of(dir));
         (top.len(), sub.len())
     };
-    assert!(sizes("failover").0 > 8, "{:?}", sizes("failover"));
-    assert!(sizes("gateway").0 > 5, "{:?}", sizes("gateway"));
-    assert!(sizes("syntax").0 >= 3, "{:?}", sizes("syntax"));
-    assert!(sizes("cli").0 >= 2, "{:?}", sizes("cli"));
+    assert!(sizes(".").0 > 8, "{:?}", sizes("."));
+    assert!(
+        sizes("crates/gateway").0 > 5,
+        "{:?}",
+        sizes("crates/gateway")
+    );
+    assert!(
+        sizes("crates/syntax").0 >= 3,
+        "{:?}",
+        sizes("crates/syntax")
+    );
+    assert!(sizes("crates/cli").0 >= 2, "{:?}", sizes("crates/cli"));
 }
 
 #[test]
@@ -737,7 +744,7 @@ fn no_import_cycle_between_submodules() {
         let c = cycles(&sub);
         assert!(
             c.is_empty(),
-            "crates/{dir}: import cycles between submodules: {c:?}"
+            "{dir}: import cycles between submodules: {c:?}"
         );
     }
     assert!(read > 10, "the submodule graphs were not read: {read}");
@@ -749,22 +756,22 @@ fn no_import_cycle_between_submodules() {
 /// module above the importer.
 #[test]
 fn every_import_points_up_the_declared_stage_order() {
-    let lib = std::fs::read_to_string(src_of("failover").join("lib.rs")).unwrap();
+    let lib = std::fs::read_to_string(src_of(".").join("lib.rs")).unwrap();
     let order = declared_order(&lib, &["failover_syntax"]);
     assert!(order.len() > 15, "stage order not read: {order:?}");
     for alias in ["diag", "source", "syntax"] {
         assert!(order.contains(&alias.to_string()), "{order:?}");
     }
-    let (top, _) = graphs(&src_of("failover"), facades_of("failover"));
+    let (top, _) = graphs(&src_of("."), facades_of("."));
     let v = order_violations(&top, &order);
     assert!(
         v.is_empty(),
-        "crates/failover: {}\norder: {order:?}",
+        "failover (src/): {}\norder: {order:?}",
         v.join("\n")
     );
 
     // failover-syntax: the stages are exactly its modules.
-    let lib = std::fs::read_to_string(src_of("syntax").join("lib.rs")).unwrap();
+    let lib = std::fs::read_to_string(src_of("crates/syntax").join("lib.rs")).unwrap();
     let declared: BTreeSet<String> = declared_order(&lib, &[]).into_iter().collect();
     let stages: Vec<String> = SYNTAX_STAGES.iter().map(|s| s.to_string()).collect();
     assert_eq!(
@@ -772,7 +779,7 @@ fn every_import_points_up_the_declared_stage_order() {
         stages.iter().cloned().collect::<BTreeSet<_>>(),
         "crates/syntax: a module is not placed in SYNTAX_STAGES"
     );
-    let (top, _) = graphs(&src_of("syntax"), facades_of("syntax"));
+    let (top, _) = graphs(&src_of("crates/syntax"), facades_of("crates/syntax"));
     let v = order_violations(&top, &stages);
     assert!(v.is_empty(), "crates/syntax: {}", v.join("\n"));
 }
@@ -780,7 +787,7 @@ fn every_import_points_up_the_declared_stage_order() {
 /// The leaves import nothing of the crate: every stage may use them.
 #[test]
 fn the_leaves_import_nothing() {
-    let (top, _) = graphs(&src_of("syntax"), facades_of("syntax"));
+    let (top, _) = graphs(&src_of("crates/syntax"), facades_of("crates/syntax"));
     for leaf in ["redact", "fsio"] {
         assert!(
             top.get(leaf).is_none_or(BTreeSet::is_empty),
@@ -945,7 +952,7 @@ fn the_checkers_reject_bad_input() {
             &[],
         ),
         krate("testkit", "failover-testkit", &["redis", "failover"], &[]),
-        krate("extra", "failover-extra", &[], &[]),
+        krate("crates/extra", "failover-extra", &[], &[]),
     ];
     assert_eq!(
         layer_violations(&bad),

@@ -10,7 +10,7 @@
 //! write-fault hook (`FileStore::with_fault`), which exists in the failover
 //! crate's own test builds only: it is the unit test
 //! `a_failed_rewrite_after_quarantine_leaves_the_live_file` in
-//! crates/failover/src/tests/store_quarantine.rs. Here, `status` is run on
+//! src/tests/store_quarantine.rs. Here, `status` is run on
 //! the state that failure leaves (the damaged live file beside one
 //! `.corrupt-*` copy of it), made with the public API.
 

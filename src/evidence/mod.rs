@@ -1,0 +1,576 @@
+//! The evidence model: a linear classifier learned from labelled errors,
+//! consulted where no text rule decides.
+//!
+//! One weight vector per reason over hashed features of the normalised
+//! error ([`features`]: character n-grams inside words, words and word
+//! pairs, and tokens for the status, its class, the provider, the code and
+//! the type); the probabilities are the softmax of the sums. Trained by
+//! multinomial logistic regression with an L2 penalty ([`train`]),
+//! deterministically: the same labelled items give the same bytes.
+//!
+//! Where it decides (the precedence, [`crate::Engine`] and
+//! `docs/model.md`): a rule that tests the text (message, body, code or
+//! type) decides as written. Where the verdict would come from a rule
+//! that tests only the status and/or the provider, or from no rule, the
+//! model decides when its top reason's probability is at least
+//! `minConfidence`; below it, the status rule (or `unclassified`) stands.
+//!
+//! Inference reads the error once and sums weight rows: no allocation
+//! (the sums live on the stack), about a microsecond for a short message
+//! (benches/classify.rs, "model").
+//!
+//! # The file
+//!
+//! Little-endian, versioned, checksummed (`docs/model.md`):
+//!
+//! ```text
+//! "FOVMODEL"  u32 format version  u8 bucket bits
+//! u8 reasons  { u8 length, UTF-8 name }…
+//! u32 items   f32 lambda   u32 iterations        (how it was trained)
+//! f32 × reasons                                   (the biases)
+//! u32 rows    { u32 bucket, f32 × reasons }…      (the non-zero rows, ascending)
+//! u64 FNV-1a 64 of every byte before it
+//! ```
+
+pub mod features;
+pub mod train;
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use features::{Input, Kind, Sink};
+
+/// The version of the file format and of the tokenisation ([`features`]).
+pub const FORMAT_VERSION: u32 = 1;
+/// log2 of the number of weight rows.
+pub const BUCKET_BITS: u8 = 16;
+/// A model tells at most this many reasons apart.
+pub const MAX_REASONS: usize = 32;
+/// The largest model file read (the default is under 4 MB).
+pub const MAX_MODEL_BYTES: u64 = 64 << 20;
+/// The probability the model's top reason needs to decide, unless
+/// configured: chosen by cross-validation on the field corpus
+/// (`docs/model.md`, "Choosing minConfidence").
+pub const DEFAULT_MIN_CONFIDENCE: f32 = 0.9;
+
+const MAGIC: &[u8; 8] = b"FOVMODEL";
+
+/// The model embedded in the library: trained by `failover model train`
+/// on this repository's `tests/field` and the golden cases in `rules/`
+/// (a test retrains it and compares the bytes).
+pub const BUILTIN_MODEL: &[u8] = include_bytes!("../../models/default.model");
+
+/// The embedded model, decoded once.
+pub fn builtin() -> Arc<Model> {
+    static MODEL: OnceLock<Arc<Model>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            Arc::new(
+                Model::from_bytes(BUILTIN_MODEL).unwrap_or_else(|e| {
+                    panic!("the embedded model is checked by the test suite: {e}")
+                }),
+            )
+        })
+        .clone()
+}
+
+/// A trained model.
+#[derive(Clone, PartialEq)]
+pub struct Model {
+    reasons: Vec<String>,
+    /// Row width: the reasons, padded to a multiple of 8 (lanes of the sums).
+    width: usize,
+    /// `2^BUCKET_BITS × width` weights, row by row.
+    weights: Vec<f32>,
+    bias: Vec<f32>,
+    trained: Trained,
+}
+
+/// How a model was trained (kept in the file, shown by `model info`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Trained {
+    /// Labelled items it learned from.
+    pub items: u32,
+    /// The L2 penalty.
+    pub lambda: f32,
+    /// Optimiser iterations run.
+    pub iterations: u32,
+}
+
+impl fmt::Debug for Model {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Model")
+            .field("reasons", &self.reasons)
+            .field("trained", &self.trained)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A model file that cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ModelError {
+    /// Not a model file at all.
+    #[error("not a failover model file (it does not start with `FOVMODEL`)")]
+    NotAModel,
+    /// A model of another format version.
+    #[error("model format version {0}; this build reads version {FORMAT_VERSION} (retrain with `failover model train`)")]
+    Version(u32),
+    /// The file ends early or its checksum does not match.
+    #[error("the model file is damaged: {0}")]
+    Damaged(&'static str),
+}
+
+/// A model file that cannot be read or used, named as the operator wrote it.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0}")]
+pub struct ModelFileError(String);
+
+/// Reads a model file (at most [`MAX_MODEL_BYTES`], a regular file):
+/// `cannot read the model `x`: …` or `cannot use the model `x`: …`.
+pub fn read_file(path: &std::path::Path) -> Result<Model, ModelFileError> {
+    let name = crate::fsio::display_name(path);
+    let bytes = crate::fsio::read_regular(path, MAX_MODEL_BYTES).map_err(|e| {
+        ModelFileError(format!(
+            "cannot read the model `{name}`: {}",
+            crate::fsio::plain_io(&e)
+        ))
+    })?;
+    Model::from_bytes(&bytes)
+        .map_err(|e| ModelFileError(format!("cannot use the model `{name}`: {e}")))
+}
+
+/// The model's reading of one error.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Prediction {
+    probs: [f32; MAX_REASONS],
+    len: usize,
+}
+
+impl Prediction {
+    /// The probability of each reason, in [`Model::reasons`] order.
+    pub fn probabilities(&self) -> &[f32] {
+        &self.probs[..self.len]
+    }
+
+    /// The most probable reason's index and probability (ties: the first).
+    pub fn top(&self) -> (usize, f32) {
+        let mut best = (0, f32::MIN);
+        for (i, &p) in self.probabilities().iter().enumerate() {
+            if p > best.1 {
+                best = (i, p);
+            }
+        }
+        best
+    }
+
+    /// The `k` most probable reasons, most probable first.
+    pub fn ranked(&self, k: usize) -> Vec<(usize, f32)> {
+        let mut all: Vec<(usize, f32)> = self.probabilities().iter().copied().enumerate().collect();
+        all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        all.truncate(k);
+        all
+    }
+}
+
+/// Sums weight rows: text features and field tokens apart (the text's
+/// `1/√n` is applied at the end).
+struct Scorer<'m> {
+    weights: &'m [f32],
+    width: usize,
+    text: [f32; MAX_REASONS],
+    fields: [f32; MAX_REASONS],
+}
+
+impl Sink for Scorer<'_> {
+    #[inline]
+    fn feature(&mut self, kind: Kind, _chars: &[char], hash: u32) {
+        let row = bucket(hash) * self.width;
+        let w = &self.weights[row..row + self.width];
+        if kind.is_text() {
+            for (a, x) in self.text[..self.width].iter_mut().zip(w) {
+                *a += x;
+            }
+        } else {
+            let k = kind.field_weight();
+            for (a, x) in self.fields[..self.width].iter_mut().zip(w) {
+                *a += k * x;
+            }
+        }
+    }
+}
+
+#[inline]
+fn bucket(hash: u32) -> usize {
+    (hash & ((1u32 << BUCKET_BITS) - 1)) as usize
+}
+
+/// The weight of each text feature when an error has `n` of them.
+#[inline]
+pub(crate) fn text_scale(n: usize) -> f32 {
+    if n == 0 {
+        0.0
+    } else {
+        1.0 / (n as f32).sqrt()
+    }
+}
+
+/// One feature and its part in a verdict, for explanations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Weighed {
+    /// The feature as text (`word "quota"`, `status "429"`).
+    pub feature: String,
+    /// What it added to the top reason's score.
+    pub weight: f32,
+}
+
+impl Model {
+    /// The reasons the model tells apart, in its order.
+    pub fn reasons(&self) -> &[String] {
+        &self.reasons
+    }
+
+    /// How it was trained.
+    pub fn trained(&self) -> Trained {
+        self.trained
+    }
+
+    /// The model's probabilities for one error. No allocation.
+    pub fn predict(&self, input: &Input) -> Prediction {
+        let mut s = Scorer {
+            weights: &self.weights,
+            width: self.width,
+            text: [0.0; MAX_REASONS],
+            fields: [0.0; MAX_REASONS],
+        };
+        let n = features::visit(input, &mut s);
+        let scale = text_scale(n);
+        let r = self.reasons.len();
+        let mut z = [0.0f32; MAX_REASONS];
+        for (i, zi) in z[..r].iter_mut().enumerate() {
+            *zi = self.bias[i] + s.fields[i] + s.text[i] * scale;
+        }
+        softmax(z, r)
+    }
+
+    /// The probabilities for an error's [`vector`] (what training and
+    /// cross-validation read; the same sums as [`Model::predict`] up to
+    /// rounding).
+    pub fn predict_vector(&self, v: &[(u32, f32)]) -> Prediction {
+        let r = self.reasons.len();
+        let mut z = [0.0f32; MAX_REASONS];
+        z[..r].copy_from_slice(&self.bias[..r]);
+        for &(b, x) in v {
+            let row = self.row(b as usize);
+            for (zj, w) in z[..r].iter_mut().zip(row) {
+                *zj += x * w;
+            }
+        }
+        softmax(z, r)
+    }
+
+    /// The `k` features that added most to `reason`'s score, as text.
+    pub fn weighed(&self, input: &Input, reason: usize, k: usize) -> Vec<Weighed> {
+        struct Collect<'m> {
+            model: &'m Model,
+            reason: usize,
+            seen: Vec<(u32, Kind, String, f32)>,
+        }
+        impl Sink for Collect<'_> {
+            fn feature(&mut self, kind: Kind, chars: &[char], hash: u32) {
+                let w = self.model.weights[bucket(hash) * self.model.width + self.reason];
+                if let Some(f) = self.seen.iter_mut().find(|f| f.0 == hash) {
+                    f.3 += w;
+                } else {
+                    self.seen
+                        .push((hash, kind, features::describe(kind, chars), w));
+                }
+            }
+        }
+        let mut c = Collect {
+            model: self,
+            reason,
+            seen: Vec::new(),
+        };
+        let n = features::visit(input, &mut c);
+        let scale = text_scale(n);
+        let mut out: Vec<Weighed> = c
+            .seen
+            .into_iter()
+            .map(|(_, kind, feature, w)| Weighed {
+                feature,
+                weight: if kind.is_text() {
+                    w * scale
+                } else {
+                    w * kind.field_weight()
+                },
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.weight
+                .total_cmp(&a.weight)
+                .then(a.feature.cmp(&b.feature))
+        });
+        out.truncate(k);
+        out
+    }
+
+    /// The file's bytes ([`Model::from_bytes`] reads them back).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let r = self.reasons.len();
+        let mut out = Vec::new();
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.push(BUCKET_BITS);
+        out.push(r as u8);
+        for name in &self.reasons {
+            out.push(name.len() as u8);
+            out.extend_from_slice(name.as_bytes());
+        }
+        out.extend_from_slice(&self.trained.items.to_le_bytes());
+        out.extend_from_slice(&self.trained.lambda.to_le_bytes());
+        out.extend_from_slice(&self.trained.iterations.to_le_bytes());
+        for b in &self.bias[..r] {
+            out.extend_from_slice(&b.to_le_bytes());
+        }
+        let rows: Vec<usize> = (0..1usize << BUCKET_BITS)
+            .filter(|&b| self.row(b)[..r].iter().any(|&w| w != 0.0))
+            .collect();
+        out.extend_from_slice(&(rows.len() as u32).to_le_bytes());
+        for b in rows {
+            out.extend_from_slice(&(b as u32).to_le_bytes());
+            for w in &self.row(b)[..r] {
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        let sum = fnv64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    fn row(&self, b: usize) -> &[f32] {
+        &self.weights[b * self.width..(b + 1) * self.width]
+    }
+
+    /// Reads a model file; a damaged or foreign file is an error, never a
+    /// panic.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Model, ModelError> {
+        if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+            return Err(ModelError::NotAModel);
+        }
+        let mut r = Reader {
+            bytes,
+            at: MAGIC.len(),
+        };
+        let version = r.u32()?;
+        if version != FORMAT_VERSION {
+            return Err(ModelError::Version(version));
+        }
+        if bytes.len() < 8 + 12 {
+            return Err(ModelError::Damaged("it ends early"));
+        }
+        let (body, sum) = bytes.split_at(bytes.len() - 8);
+        if fnv64(body).to_le_bytes() != sum {
+            return Err(ModelError::Damaged("its checksum does not match"));
+        }
+        let mut r = Reader {
+            bytes: body,
+            at: r.at,
+        };
+        if r.u8()? != BUCKET_BITS {
+            return Err(ModelError::Damaged("an unknown number of weight rows"));
+        }
+        let count = usize::from(r.u8()?);
+        if count == 0 || count > MAX_REASONS {
+            return Err(ModelError::Damaged("a reason count out of range"));
+        }
+        let mut reasons = Vec::with_capacity(count);
+        for _ in 0..count {
+            let len = usize::from(r.u8()?);
+            let name = std::str::from_utf8(r.take(len)?)
+                .map_err(|_| ModelError::Damaged("a reason name that is not UTF-8"))?;
+            reasons.push(name.to_string());
+        }
+        let trained = Trained {
+            items: r.u32()?,
+            lambda: r.f32()?,
+            iterations: r.u32()?,
+        };
+        let width = padded(count);
+        let mut bias = vec![0.0; width];
+        for b in &mut bias[..count] {
+            *b = r.f32()?;
+        }
+        let rows = r.u32()? as usize;
+        if rows > 1 << BUCKET_BITS {
+            return Err(ModelError::Damaged("more rows than buckets"));
+        }
+        let mut weights = vec![0.0; (1 << BUCKET_BITS) * width];
+        let mut last = None;
+        for _ in 0..rows {
+            let b = r.u32()? as usize;
+            if b >= 1 << BUCKET_BITS || last.is_some_and(|l| b <= l) {
+                return Err(ModelError::Damaged("rows out of order"));
+            }
+            last = Some(b);
+            for w in &mut weights[b * width..b * width + count] {
+                *w = r.f32()?;
+            }
+        }
+        if r.at != body.len() {
+            return Err(ModelError::Damaged("bytes after the last row"));
+        }
+        Ok(Model {
+            reasons,
+            width,
+            weights,
+            bias,
+            trained,
+        })
+    }
+
+    /// A model from trained weights: `rows[b]` holds bucket `b`'s weight
+    /// per reason.
+    pub(crate) fn from_parts(
+        reasons: Vec<String>,
+        bias: &[f32],
+        rows: &[(usize, Vec<f32>)],
+        trained: Trained,
+    ) -> Model {
+        let count = reasons.len();
+        let width = padded(count);
+        let mut weights = vec![0.0; (1 << BUCKET_BITS) * width];
+        for (b, w) in rows {
+            weights[b * width..b * width + count].copy_from_slice(w);
+        }
+        let mut padded_bias = vec![0.0; width];
+        padded_bias[..count].copy_from_slice(bias);
+        Model {
+            reasons,
+            width,
+            weights,
+            bias: padded_bias,
+            trained,
+        }
+    }
+}
+
+fn softmax(mut z: [f32; MAX_REASONS], r: usize) -> Prediction {
+    let max = z[..r].iter().copied().fold(f32::MIN, f32::max);
+    let mut sum = 0.0;
+    for p in &mut z[..r] {
+        *p = (*p - max).exp();
+        sum += *p;
+    }
+    for p in &mut z[..r] {
+        *p /= sum;
+    }
+    Prediction { probs: z, len: r }
+}
+
+fn padded(count: usize) -> usize {
+    count.div_ceil(8) * 8
+}
+
+/// An error's hashed feature vector: (bucket, value) ascending, merged —
+/// what training reads and what "nearest examples" compare.
+pub fn vector(input: &Input) -> Vec<(u32, f32)> {
+    struct Collect(Vec<(u32, Kind)>);
+    impl Sink for Collect {
+        fn feature(&mut self, kind: Kind, _chars: &[char], hash: u32) {
+            self.0.push((bucket(hash) as u32, kind));
+        }
+    }
+    let mut c = Collect(Vec::new());
+    let n = features::visit(input, &mut c);
+    let scale = text_scale(n);
+    let mut v: Vec<(u32, f32)> =
+        c.0.into_iter()
+            .map(|(b, kind)| {
+                (
+                    b,
+                    if kind.is_text() {
+                        scale
+                    } else {
+                        kind.field_weight()
+                    },
+                )
+            })
+            .collect();
+    v.sort_by_key(|f| f.0);
+    let mut merged: Vec<(u32, f32)> = Vec::with_capacity(v.len());
+    for (b, x) in v {
+        match merged.last_mut() {
+            Some(last) if last.0 == b => last.1 += x,
+            _ => merged.push((b, x)),
+        }
+    }
+    merged
+}
+
+/// The cosine of two vectors from [`vector`].
+pub fn cosine(a: &[(u32, f32)], b: &[(u32, f32)]) -> f32 {
+    let (mut i, mut j, mut dot) = (0, 0, 0.0f32);
+    while i < a.len() && j < b.len() {
+        match a[i].0.cmp(&b[j].0) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                dot += a[i].1 * b[j].1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    let norm = |v: &[(u32, f32)]| v.iter().map(|x| x.1 * x.1).sum::<f32>().sqrt();
+    let d = norm(a) * norm(b);
+    if d == 0.0 {
+        0.0
+    } else {
+        dot / d
+    }
+}
+
+/// FNV-1a, 64 bits: the file's damage check (not a signature).
+fn fnv64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], ModelError> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or(ModelError::Damaged("it ends early"))?;
+        let s = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, ModelError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, ModelError> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn f32(&mut self) -> Result<f32, ModelError> {
+        let v = f32::from_bits(self.u32()?);
+        if v.is_finite() {
+            Ok(v)
+        } else {
+            Err(ModelError::Damaged("a weight that is not a finite number"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
