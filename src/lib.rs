@@ -139,6 +139,13 @@ pub mod state {
         AuthProfiles, AuthState, Credential, CredentialKind, Extra, FileStore, Problem, Profile,
         Secret, SecretRef, SessionEntry, SessionStore, StatePaths, StoreExt, SyncFace, UsageStats,
     };
+    /// The gateway's client keys (SPEC R18): records by hash, in the
+    /// backend the config names.
+    pub mod keys {
+        pub use crate::store::{
+            glob, open_keys as open, ClientKey, KeyRefusal, KeyStore, KeyTable, KeyUsage,
+        };
+    }
 }
 
 /// Which profile of a provider a run tries, in what order, and what blocks

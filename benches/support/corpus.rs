@@ -92,11 +92,7 @@ fn default_cases() -> Vec<(String, String)> {
         .expect("the default rules' directory")
         .into_iter()
         .map(|p| {
-            let name = p
-                .strip_prefix(root)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
+            let name = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
             (name, std::fs::read_to_string(&p).unwrap())
         })
         .collect()

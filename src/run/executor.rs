@@ -216,6 +216,8 @@ fn rollback_entry(written: &OverrideFields, before: &OverrideFields, e: &mut Ses
 struct Walk {
     /// `fallbackStepType` of the run's decisions.
     step: &'static str,
+    /// The client key's name ([`RunRequest::client`]).
+    client: Option<String>,
     attempts: Vec<AttemptRecord>,
     decisions: Vec<Decision>,
     /// Providers a `skip provider` reason ruled out, with the reason.
@@ -228,7 +230,7 @@ struct Walk {
 
 impl Walk {
     fn decide(&mut self, d: Decision) {
-        emit(&d, self.step);
+        emit(&d, self.step, self.client.as_deref());
         self.decisions.push(d);
     }
 
@@ -326,7 +328,7 @@ fn live_switch(
 }
 
 /// The `model_fallback_decision` event with the flat step fields (R14.2).
-fn emit(d: &Decision, step: &str) {
+fn emit(d: &Decision, step: &str, client: Option<&str>) {
     macro_rules! event {
         ($lvl:ident) => {
             tracing::$lvl!(
@@ -341,6 +343,7 @@ fn emit(d: &Decision, step: &str) {
                 fallbackStepFinalOutcome = d.outcome.name(),
                 fallbackStepClassifiedBy = d.classified_by.unwrap_or(""),
                 fallbackStepModelProbability = d.probability.map_or(String::new(), |p| format!("{p:.3}")),
+                client,
                 "model_fallback_decision"
             )
         };
@@ -706,7 +709,10 @@ impl Runner {
         Fut: Future<Output = Result<T, AttemptError>>,
     {
         let (turn, mut first_state) = self.begin(request).await?;
-        let mut walk = Walk::default();
+        let mut walk = Walk {
+            client: request.client.clone(),
+            ..Walk::default()
+        };
         let mut i = 0;
         // Issue 32: a continuation starts after the candidate that broke.
         if let Some(after) = request.resume_after.last() {

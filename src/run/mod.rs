@@ -175,6 +175,10 @@ pub struct RunRequest {
     /// The reason the answer broke off (with [`RunRequest::resume_after`]):
     /// the notice's reason when the continuation itself saw no failure.
     pub resume_reason: Option<String>,
+    /// Who asked: the gateway's client key name (SPEC R18.8), carried as
+    /// the `client` field of the run's `model_fallback_decision` events.
+    /// Never a key.
+    pub client: Option<String>,
 }
 
 impl RunRequest {

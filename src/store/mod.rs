@@ -54,6 +54,7 @@ pub use clock::civil_from_days;
 mod face;
 mod file;
 mod json;
+mod keys;
 mod memory;
 mod profiles;
 #[cfg(feature = "redis")]
@@ -97,6 +98,7 @@ pub use face::{
     StoreFuture, SyncFace,
 };
 pub use file::{FileStore, StatePaths, DEFAULT_AGENT};
+pub use keys::{glob, open_keys, ClientKey, KeyRefusal, KeyStore, KeyTable, KeyUsage};
 pub use memory::MemoryStore;
 pub(crate) use profiles::Unusable;
 pub use profiles::{

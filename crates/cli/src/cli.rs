@@ -7,6 +7,7 @@ mod chain;
 mod check;
 mod classify;
 mod fmt;
+mod keys;
 mod lsp;
 mod manual;
 mod model;
@@ -83,6 +84,8 @@ enum Command {
     Lsp(lsp::LspArgs),
     /// Export or import an agent's routing state and sessions (move them between backends).
     State(state::StateArgs),
+    /// Create, list, revoke and rotate the gateway's client keys.
+    Keys(keys::KeysArgs),
     /// Train the evidence model on labelled errors (field corpora, golden cases).
     #[command(subcommand)]
     Model(model::ModelCommand),
@@ -183,6 +186,7 @@ pub(crate) fn main() -> i32 {
         Command::Fmt(args) => fmt::run(&args),
         Command::Lsp(args) => lsp::run(&args),
         Command::State(args) => state::run(&args),
+        Command::Keys(args) => keys::run(&args),
         Command::Model(cmd) => model::run(&cmd),
         Command::Completions(args) => manual::completions(&args),
         Command::Man(args) => manual::man(&args),

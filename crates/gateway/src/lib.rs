@@ -53,6 +53,7 @@ mod log;
 mod metrics;
 mod protocol;
 mod continuation;
+mod keys;
 mod reload;
 mod splice;
 mod sse;
@@ -64,6 +65,7 @@ mod upstreams;
 
 pub use check::{check_config, ConfigCheck};
 pub use errors::Error;
+pub use keys::{generate as generate_key, hash_of as key_hash, NewKey, KEY_PREFIX};
 pub use reload::{ModelFlags, Sources, Stores};
 
 use std::net::SocketAddr;
@@ -150,7 +152,13 @@ pub struct Gateway {
     /// Upstream bytes held in memory, all requests together
     /// (`serve.maxBufferedBytes`).
     buffers: upstream::Buffers,
+    /// Client keys (SPEC R18).
+    auth: Arc<keys::ClientAuth>,
 }
+
+/// What a request holds while its answer lasts: a place among the
+/// gateway's concurrent requests, and one among its client key's.
+pub(crate) type Permits = (tokio::sync::OwnedSemaphorePermit, Option<keys::KeySlot>);
 
 /// The success records written after the answer, those of requests
 /// without a session and of sessions with nothing to settle
@@ -210,6 +218,14 @@ impl Gateway {
         let set = reload::build(&sources, &stores, &metrics, lanes)?;
         let max = set.settings.max_concurrent;
         let buffers = upstream::Buffers::new(set.settings.max_buffered_bytes);
+        let key_store = failover::state::keys::open(set.config.state.as_ref(), &sources.state)
+            .map_err(|e| Error::State {
+                message: format!("error: client keys: {e}"),
+            })?;
+        let auth = Arc::new(keys::ClientAuth::new(
+            set.settings.client_auth,
+            Some(key_store),
+        ));
         Ok(Arc::new(Gateway {
             sources,
             active: RwLock::new(Arc::new(set)),
@@ -222,6 +238,7 @@ impl Gateway {
             lanes,
             settling: Arc::default(),
             buffers,
+            auth,
         }))
     }
 
@@ -344,7 +361,11 @@ fn wrong_method(protocol: Protocol, allow: &'static str) -> Response {
     resp
 }
 
-async fn models(State(gw): Gw) -> Response {
+async fn models(State(gw): Gw, headers: HeaderMap) -> Response {
+    if let Err((e, name)) = gw.auth.verify(&headers).await {
+        gw.metrics.client_request(&name, "unauthenticated");
+        return error_response(Protocol::OpenAi, &e);
+    }
     let set = gw.active();
     let data: Vec<Value> = set
         .models
@@ -398,8 +419,19 @@ async fn readyz(State(gw): Gw) -> Response {
     .into_response()
 }
 
-async fn metrics_text(State(gw): Gw) -> Response {
+async fn metrics_text(State(gw): Gw, headers: HeaderMap) -> Response {
     let set = gw.active();
+    if !keys::metrics_allowed(set.settings.metrics_token.as_ref(), &headers) {
+        let mut resp = error_response(
+            Protocol::OpenAi,
+            &ClientError::new(401, "/metrics needs the bearer token of serve.metricsToken"),
+        );
+        resp.headers_mut().insert(
+            axum::http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer"),
+        );
+        return resp;
+    }
     let cooling = {
         let now = failover::time::Clock::now_ms(&failover::time::SystemClock);
         let mut by: std::collections::BTreeMap<String, i64> = Default::default();
@@ -552,6 +584,17 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
         }
         return error_response(protocol, &e);
     };
+    // R18.3: the key before the body; a refusal calls no upstream.
+    let key = match gw.auth.verify(&headers).await {
+        Ok(k) => k,
+        Err((e, name)) => {
+            gw.metrics.client_request(&name, "unauthenticated");
+            gw.metrics.request(protocol.name(), "rejected");
+            log_request(protocol, e.status, None, 0, t0, Some(&name));
+            return error_response(protocol, &e);
+        }
+    };
+    let key_name = key.as_ref().map(|k| k.name().to_string());
     let set = gw.active();
     let result = async {
         let bytes = read_body(&headers, body, set.settings.max_body_bytes).await?;
@@ -564,6 +607,18 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
                 format!("unknown model `{shown}`: use an agent id, the configured default, or a provider/model of a configured upstream (GET /v1/models)"),
             )
         })?;
+        // R18.4, R18.5: scope, then the key's limits.
+        let slot = match &key {
+            Some(k) => Some(gw.auth.admit(k, &agent, &req.model).map_err(|(e, why)| {
+                gw.metrics.client_request(k.name(), why);
+                e
+            })?),
+            None => None,
+        };
+        if let Some(k) = &key {
+            gw.metrics.client_request(k.name(), "admitted");
+            run_req.client = Some(k.name().to_string());
+        }
         let session = match headers.get("x-session-id") {
             None => None,
             Some(v) => match v.to_str() {
@@ -600,17 +655,27 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
                 run(&gw, &set, &runner, &req, &run_req, &headers, &waited),
             )
             .await;
-        Ok((req, runner, run_req, out, waited.load(Ordering::Relaxed)))
+        Ok((req, runner, run_req, out, waited.load(Ordering::Relaxed), slot))
     }
     .await;
-    let (req, runner, run_req, out, waited_us) = match result {
+    let (req, runner, run_req, out, waited_us, slot) = match result {
         Ok(x) => x,
         Err(e) => {
             gw.metrics.request(protocol.name(), "rejected");
-            log_request(protocol, e.status, None, 0, t0);
+            log_request(protocol, e.status, None, 0, t0, key_name.as_deref());
             return error_response(protocol, &e);
         }
     };
+    if let (Some(k), Ok(o)) = (&key, &out) {
+        if let Done::Whole(bytes, _) = &o.value {
+            let (prompt, completion) = keys::usage_of(bytes);
+            gw.auth.record_tokens(k, prompt, completion);
+            gw.metrics.client_tokens(k.name(), prompt, completion);
+        }
+    }
+    if key.is_some() {
+        gw.auth.maybe_flush(false);
+    }
     count_attempts(
         &gw,
         &set,
@@ -635,7 +700,14 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
                 gw.metrics.fallback();
             }
             gw.metrics.request(protocol.name(), "ok");
-            log_request(protocol, 200, Some(&o.model_ref()), o.attempts.len(), t0);
+            log_request(
+                protocol,
+                200,
+                Some(&o.model_ref()),
+                o.attempts.len(),
+                t0,
+                key_name.as_deref(),
+            );
             let anthropic_headers = anthropic_headers_of(&req, &headers);
             let mut resp = success(
                 &gw,
@@ -644,7 +716,7 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
                 &req,
                 runner,
                 o,
-                permit,
+                (permit, slot),
                 (run_req, anthropic_headers),
             );
             if let Some((d, runner, guard)) = settle {
@@ -676,19 +748,27 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
                     "failed"
                 },
             );
-            log_request(protocol, ge.status, None, attempts, t0);
+            log_request(protocol, ge.status, None, attempts, t0, key_name.as_deref());
             error_response_after(protocol, &ge, attempts)
         }
     }
 }
 
-fn log_request(protocol: Protocol, status: u16, model: Option<&str>, attempts: usize, t0: Instant) {
+fn log_request(
+    protocol: Protocol,
+    status: u16,
+    model: Option<&str>,
+    attempts: usize,
+    t0: Instant,
+    key: Option<&str>,
+) {
     tracing::info!(
         target: "failover::serve",
         protocol = protocol.name(),
         status,
         model = model.unwrap_or(""),
         attempts,
+        key,
         duration_us = t0.elapsed().as_micros() as u64,
         "request"
     );
@@ -872,7 +952,7 @@ fn success(
     req: &Arc<ClientRequest>,
     runner: Arc<Runner>,
     out: RunOutput<Done>,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    permit: Permits,
     (run_req, anthropic_headers): (RunRequest, Vec<(HeaderName, HeaderValue)>),
 ) -> Response {
     let mut h = HeaderMap::new();
@@ -1068,6 +1148,12 @@ pub async fn start(opts: Options) -> Result<Running, Error> {
         addr: opts.listen.clone(),
         source,
     })?;
+    // R18.6: off loopback, an unwritten clientAuth is `required`.
+    gateway.auth.set_loopback(addr.ip().is_loopback());
+    if gateway.auth.open_on_network() {
+        tracing::warn!(target: "failover::serve", listen = %addr, "serve.clientAuth is off on a non-loopback address: anyone who reaches it spends the provider keys");
+    }
+    tracing::info!(target: "failover::serve", client_auth = gateway.auth.describe().await, "client keys");
     let (stop, stopped) = tokio::sync::watch::channel(0u8);
     let app = gateway.router();
     let server = if opts.workers == 0 {
@@ -1347,6 +1433,8 @@ impl Running {
             let _ = tokio::time::timeout(Duration::from_secs(1), &mut self.server).await;
             self.server.abort();
         }
+        let auth = self.gateway.auth.clone();
+        let _ = tokio::task::spawn_blocking(move || auth.maybe_flush(true)).await;
         tracing::info!(target: "failover::serve", "stopped");
     }
 }

@@ -39,6 +39,24 @@ pub(crate) mod names {
     pub(crate) const STATE_BACKEND_UP: &str = "state_backend_up";
     pub(crate) const STATE_BACKEND_OUTAGES: &str = "state_backend_outages";
     pub(crate) const CONTINUATIONS: &str = "continuations";
+    pub(crate) const CLIENT_REQUESTS: &str = "client_requests";
+    pub(crate) const CLIENT_TOKENS: &str = "client_tokens";
+}
+
+/// A client key's requests by outcome (SPEC R18.8). `key` is the key's
+/// name (from the key table, never the key) or `none` for a request that
+/// presented no key or an unknown one: the label set grows only with the
+/// operator's keys.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClientLabels {
+    key: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClientTokenLabels {
+    key: String,
+    kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -122,6 +140,8 @@ pub struct Metrics {
     backend_up: Family<AgentLabels, Gauge>,
     backend_outages: Family<AgentLabels, Counter>,
     continuations: Family<ContinuationLabels, Counter>,
+    client_requests: Family<ClientLabels, Counter>,
+    client_tokens: Family<ClientTokenLabels, Counter>,
     /// Serialises scrapes (the cooling gauge is rebuilt per scrape).
     scrape: Mutex<()>,
 }
@@ -224,9 +244,23 @@ impl Metrics {
             "Streams broken after their first byte, by how the next candidate continued them (mode: prefill, restart, none) and outcome (completed, mismatch, failed, not_continuable, prefill_rejected)",
             continuations.clone(),
         );
+        let client_requests = Family::<ClientLabels, Counter>::default();
+        registry.register(
+            CLIENT_REQUESTS,
+            "Client requests by client key name and outcome (admitted, unauthenticated, forbidden, rate_limited)",
+            client_requests.clone(),
+        );
+        let client_tokens = Family::<ClientTokenLabels, Counter>::default();
+        registry.register(
+            CLIENT_TOKENS,
+            "Upstream tokens of whole answers by client key name and kind (prompt, completion)",
+            client_tokens.clone(),
+        );
         Metrics {
             registry,
             continuations,
+            client_requests,
+            client_tokens,
             requests,
             attempts,
             classifications,
@@ -242,6 +276,30 @@ impl Metrics {
             backend_up,
             backend_outages,
             scrape: Mutex::new(()),
+        }
+    }
+
+    /// A request of a client key (`none`: no key or an unknown one).
+    pub(crate) fn client_request(&self, key: &str, outcome: &'static str) {
+        self.client_requests
+            .get_or_create(&ClientLabels {
+                key: key.to_string(),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// Tokens a client key's whole answer reported.
+    pub(crate) fn client_tokens(&self, key: &str, prompt: u64, completion: u64) {
+        for (kind, n) in [("prompt", prompt), ("completion", completion)] {
+            if n > 0 {
+                self.client_tokens
+                    .get_or_create(&ClientTokenLabels {
+                        key: key.to_string(),
+                        kind,
+                    })
+                    .inc_by(n);
+            }
         }
     }
 

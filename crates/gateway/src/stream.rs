@@ -284,8 +284,9 @@ pub(crate) struct Relay {
     first_break: Option<String>,
     /// When bytes last went to the client.
     last_sent: Instant,
-    /// Held for as long as the stream runs (the concurrency limit).
-    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Held for as long as the stream runs (the concurrency limits: the
+    /// gateway's, and the client key's).
+    _permit: Option<super::Permits>,
 }
 
 impl Relay {
@@ -294,7 +295,7 @@ impl Relay {
         client: Protocol,
         recorder: Recorder,
         cont: Option<Box<Continuer>>,
-        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        permit: Option<super::Permits>,
     ) -> Self {
         Relay {
             src,

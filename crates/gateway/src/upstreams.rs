@@ -458,8 +458,17 @@ fn endpoint_of(base_url: &str, api: Api, api_version: Option<&str>) -> String {
     }
 }
 
-/// The `serve` block: limits of the gateway itself.
+/// `serve.clientAuth` (SPEC R18.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientAuthMode {
+    /// Every request but `/healthz` and `/readyz` needs a client key.
+    Required,
+    /// Anyone who reaches the gateway may use it.
+    Off,
+}
+
+/// The `serve` block: limits of the gateway itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServeSettings {
     /// A request body larger than this is refused with 413 before it is
     /// read whole.
@@ -473,6 +482,11 @@ pub struct ServeSettings {
     /// answer that would go past it is refused with a clear error rather
     /// than read (issue 30). Takes effect at the next start.
     pub max_buffered_bytes: usize,
+    /// `serve.clientAuth`; unwritten: decided at start (SPEC R18.6).
+    pub client_auth: Option<ClientAuthMode>,
+    /// `serve.metricsToken: "${VAR}"`: the bearer token `/metrics` asks
+    /// for (SPEC R18.2); none: `/metrics` is open.
+    pub metrics_token: Option<Secret>,
 }
 
 impl ServeSettings {
@@ -486,6 +500,8 @@ impl ServeSettings {
         max_concurrent: 1024,
         shutdown_grace: Duration::from_secs(10),
         max_buffered_bytes: 256 << 20,
+        client_auth: None,
+        metrics_token: None,
     };
 }
 
@@ -708,9 +724,42 @@ pub(crate) fn parse(
                                 message: "expected a positive whole number of bytes".into(),
                             }),
                         },
+                        "clientAuth" => match v.as_str().map(str::trim) {
+                            Some("required") => {
+                                settings.client_auth = Some(ClientAuthMode::Required)
+                            }
+                            Some("off") => settings.client_auth = Some(ClientAuthMode::Off),
+                            _ => problems.push(UpstreamProblem {
+                                path,
+                                message: "expected `required` or `off`".into(),
+                            }),
+                        },
+                        "metricsToken" => match v.as_str().map(str::trim) {
+                            Some(t) => match env_reference(t) {
+                                Some(name) => match env(name) {
+                                    Some(val) if !val.trim().is_empty() => {
+                                        settings.metrics_token = Some(Secret::new(val.trim()))
+                                    }
+                                    _ => problems.push(UpstreamProblem {
+                                        path,
+                                        message: format!(
+                                            "environment variable `{name}` is not set or empty"
+                                        ),
+                                    }),
+                                },
+                                None => problems.push(UpstreamProblem {
+                                    path,
+                                    message: "a literal token is refused: secrets never live in the config; write `metricsToken: \"${ENV_VAR}\"`".into(),
+                                }),
+                            },
+                            None => problems.push(UpstreamProblem {
+                                path,
+                                message: "expected an environment reference such as `\"${FAILOVER_METRICS_TOKEN}\"`".into(),
+                            }),
+                        },
                         _ => problems.push(UpstreamProblem {
                             path,
-                            message: "unknown key: expected `maxBodyBytes`, `maxConcurrentRequests`, `maxBufferedBytes` or `shutdownGraceMs`".into(),
+                            message: "unknown key: expected `maxBodyBytes`, `maxConcurrentRequests`, `maxBufferedBytes`, `shutdownGraceMs`, `clientAuth` or `metricsToken`".into(),
                         }),
                     }
                 }

@@ -91,14 +91,47 @@ pub(super) fn run(args: &StatusArgs) -> CmdResult {
     let mut report = gather(store.as_ref(), &files, &args.state, &routing, now)
         .map_err(|e| UsageError(e.to_string()))?;
     report.snapshot = snapshot;
+    // The gateway's client keys (SPEC R18): names, scopes, last use and
+    // usage, never a key or a whole hash. A table that cannot be read is
+    // said and left out.
+    let client_keys: Vec<failover::state::keys::ClientKey> =
+        match failover::state::keys::open(state_cfg.as_ref(), &args.state).and_then(|s| s.load()) {
+            Ok(t) => {
+                let mut v: Vec<_> = t.keys.into_values().collect();
+                v.sort_by(|x, y| (&x.name, x.created_ms).cmp(&(&y.name, y.created_ms)));
+                v
+            }
+            Err(e) => {
+                eprintln!("warning: client keys: {e}");
+                Vec::new()
+            }
+        };
     if args.json {
         // Ids and names shaped like keys (a profile id that is a pasted
         // key, an order entry, a model) are masked like values (R16.11).
         let mut json = to_json(&report);
+        json["clientKeys"] = client_keys
+            .iter()
+            .map(|k| {
+                json!({
+                    "name": k.name, "hint": format!("{}…", k.hint),
+                    "state": super::keys::key_state(k, now),
+                    "agents": k.agents, "models": k.models, "rpm": k.rpm,
+                    "concurrency": k.concurrency, "expiresMs": k.expires_ms,
+                    "lastUsedMs": k.last_used_ms, "requests": k.usage.requests,
+                })
+            })
+            .collect();
         crate::redact::redact_json(&mut json);
         println!("{}", serde_json::to_string_pretty(&json).expect("JSON"));
     } else {
-        print!("{}", crate::redact::redact(&render(&report)));
+        let mut text = render(&report);
+        if !client_keys.is_empty() {
+            let refs: Vec<&_> = client_keys.iter().collect();
+            text.push_str("\nclient keys:\n");
+            text.push_str(&super::keys::render_list(&refs, now));
+        }
+        print!("{}", crate::redact::redact(&text));
     }
     Ok(i32::from(!report.problems.is_empty()))
 }

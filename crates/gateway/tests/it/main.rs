@@ -10,6 +10,7 @@ mod fuzz_upstream;
 mod serve_faults;
 mod serve_hostile;
 mod serve_input;
+mod serve_keys;
 mod serve_load;
 mod serve_protocols;
 mod serve_proxy;
