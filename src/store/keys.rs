@@ -209,7 +209,7 @@ pub trait KeyStore: Send + Sync {
     fn location(&self) -> String;
 }
 
-impl dyn KeyStore {
+impl dyn KeyStore + '_ {
     /// [`KeyStore::update_dyn`] returning the closure's value.
     pub fn update<R>(&self, mut f: impl FnMut(&mut KeyTable) -> R) -> Result<R, StoreError> {
         let mut out = None;

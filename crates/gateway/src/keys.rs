@@ -530,7 +530,8 @@ mod tests {
         assert_eq!((e.status, why), (429, "rate_limited"));
         assert!(e.retry_after.is_some_and(|s| (1..=60).contains(&s)));
 
-        let k = verified(None, Some(1));
+        let mut k = verified(None, Some(1));
+        k.hash = "b".repeat(64);
         let a = auth.admit(&k, "main", "m").unwrap();
         assert_eq!(auth.admit(&k, "main", "m").err().unwrap().0.status, 429);
         drop(a);

@@ -110,18 +110,20 @@ pub(super) fn run(args: &StatusArgs) -> CmdResult {
         // Ids and names shaped like keys (a profile id that is a pasted
         // key, an order entry, a model) are masked like values (R16.11).
         let mut json = to_json(&report);
-        json["clientKeys"] = client_keys
-            .iter()
-            .map(|k| {
-                json!({
-                    "name": k.name, "hint": format!("{}…", k.hint),
-                    "state": super::keys::key_state(k, now),
-                    "agents": k.agents, "models": k.models, "rpm": k.rpm,
-                    "concurrency": k.concurrency, "expiresMs": k.expires_ms,
-                    "lastUsedMs": k.last_used_ms, "requests": k.usage.requests,
+        if !client_keys.is_empty() {
+            json["clientKeys"] = client_keys
+                .iter()
+                .map(|k| {
+                    json!({
+                        "name": k.name, "hint": format!("{}…", k.hint),
+                        "state": super::keys::key_state(k, now),
+                        "agents": k.agents, "models": k.models, "rpm": k.rpm,
+                        "concurrency": k.concurrency, "expiresMs": k.expires_ms,
+                        "lastUsedMs": k.last_used_ms, "requests": k.usage.requests,
+                    })
                 })
-            })
-            .collect();
+                .collect();
+        }
         crate::redact::redact_json(&mut json);
         println!("{}", serde_json::to_string_pretty(&json).expect("JSON"));
     } else {
