@@ -143,7 +143,7 @@ pub mod state {
     /// backend the config names.
     pub mod keys {
         pub use crate::store::{
-            glob, open_keys as open, ClientKey, KeyRefusal, KeyStore, KeyTable, KeyUsage,
+            glob, open_keys as open, ClientKey, KeyRefusal, KeyStore, KeyTable, KeyUsage, Recent,
         };
     }
 }

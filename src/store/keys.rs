@@ -68,6 +68,63 @@ pub struct ClientKey {
     /// What it has used so far.
     #[serde(default)]
     pub usage: KeyUsage,
+    /// Requests in the current and the previous minute, for the rate
+    /// `failover status` shows (R18.7).
+    #[serde(default, skip_serializing_if = "Recent::is_empty")]
+    pub recent: Recent,
+}
+
+/// Requests per wall-clock minute, the current one and the one before:
+/// enough to estimate a key's current rate without a time series. Written
+/// with the usage, so it lags by at most one flush (a few seconds).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Recent {
+    /// The minute `this` counts (ms since the epoch / 60,000).
+    #[serde(default)]
+    pub minute: u64,
+    /// Requests in `minute`.
+    #[serde(default)]
+    pub this: u64,
+    /// Requests in the minute before it.
+    #[serde(default)]
+    pub previous: u64,
+}
+
+impl Recent {
+    fn is_empty(&self) -> bool {
+        *self == Recent::default()
+    }
+
+    /// Adds `requests` made at `now_ms`.
+    pub fn add(&mut self, now_ms: u64, requests: u64) {
+        self.roll(now_ms / 60_000);
+        self.this = self.this.saturating_add(requests);
+    }
+
+    fn roll(&mut self, minute: u64) {
+        if minute == self.minute {
+            return;
+        }
+        self.previous = if minute == self.minute + 1 {
+            self.this
+        } else {
+            0
+        };
+        self.this = 0;
+        self.minute = minute;
+    }
+
+    /// Requests per minute at `now_ms`: the previous minute weighted by
+    /// the part of it still inside the last 60 s, plus this minute's (the
+    /// sliding-window estimate of a two-bucket counter).
+    pub fn per_minute(&self, now_ms: u64) -> u64 {
+        let mut r = *self;
+        r.roll(now_ms / 60_000);
+        let into = (now_ms % 60_000) as f64 / 60_000.0;
+        (r.previous as f64 * (1.0 - into)).round() as u64 + r.this
+    }
 }
 
 /// A key's use, summed over replicas: the record a budget will be
@@ -207,6 +264,16 @@ pub trait KeyStore: Send + Sync {
     fn update_dyn(&self, f: &mut dyn FnMut(&mut KeyTable)) -> Result<(), StoreError>;
     /// Where, as shown to operators (never a password).
     fn location(&self) -> String;
+    /// Whether one record is cheap enough to read on every request, so a
+    /// revocation takes effect at once (Redis: one `HGET`); otherwise
+    /// readers cache the table briefly.
+    fn per_request(&self) -> bool {
+        false
+    }
+    /// The record of `hash`, read now.
+    fn get(&self, hash: &str) -> Result<Option<ClientKey>, StoreError> {
+        Ok(self.load()?.keys.remove(hash))
+    }
 }
 
 impl dyn KeyStore + '_ {
@@ -249,7 +316,16 @@ fn parse_record(hash: &str, text: &str) -> Option<ClientKey> {
     // A record that does not parse is left out (it lets nobody in) and
     // kept as it is by updates of other records.
     let k: ClientKey = serde_json::from_str(text).ok()?;
-    (hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit())).then_some(k)
+    is_hash(hash).then_some(k)
+}
+
+fn parse_value(hash: &str, v: serde_json::Value) -> Option<ClientKey> {
+    let k: ClientKey = serde_json::from_value(v).ok()?;
+    is_hash(hash).then_some(k)
+}
+
+fn is_hash(hash: &str) -> bool {
+    hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// `<state>/client-keys.json`.
@@ -279,7 +355,7 @@ impl FileKeys {
         let mut table = KeyTable::default();
         let mut bad = BTreeMap::new();
         for (hash, v) in doc {
-            match parse_record(&hash, &v.to_string()) {
+            match parse_value(&hash, v.clone()) {
                 Some(k) => {
                     table.keys.insert(hash, k);
                 }
@@ -573,6 +649,15 @@ mod redis_keys {
         fn location(&self) -> String {
             format!("{} ({})", self.shown, self.key)
         }
+
+        fn per_request(&self) -> bool {
+            true
+        }
+
+        fn get(&self, hash: &str) -> Result<Option<ClientKey>, StoreError> {
+            let r: Option<String> = self.with("read", |c| c.hget(&self.key, hash))?;
+            Ok(r.and_then(|r| parse_record(hash, &r)))
+        }
     }
 }
 
@@ -586,6 +671,33 @@ mod tests {
 
     /// R18.3: a revoked key never works; an expired one stops at its
     /// expiry, exclusive.
+    /// R18.8: the two-minute counter behind `requestsPerMinute`.
+    #[test]
+    fn r18_8_recent_requests_give_a_rate_per_minute() {
+        let m = 1_000 * 60_000; // the start of minute 1000
+        let mut r = Recent::default();
+        r.add(m + 10_000, 30);
+        r.add(m + 50_000, 10);
+        assert_eq!((r.minute, r.this, r.previous), (1000, 40, 0));
+        assert_eq!(r.per_minute(m + 59_000), 40);
+        // A quarter into the next minute: 3/4 of the last one, and this one's.
+        r.add(m + 60_000 + 15_000, 6);
+        assert_eq!((r.this, r.previous), (6, 40));
+        assert_eq!(r.per_minute(m + 60_000 + 15_000), 30 + 6);
+        // Read later without writes: the counts age out.
+        assert_eq!(r.per_minute(m + 120_000 + 30_000), 3);
+        assert_eq!(r.per_minute(m + 180_000), 0);
+        // A gap of minutes forgets everything.
+        r.add(m + 600_000, 1);
+        assert_eq!((r.this, r.previous), (1, 0));
+        // Written in the record only when used.
+        let mut k = rec("a");
+        assert!(!serde_json::to_string(&k).unwrap().contains("recent"));
+        k.recent.add(m, 1);
+        let back: ClientKey = serde_json::from_str(&serde_json::to_string(&k).unwrap()).unwrap();
+        assert_eq!(back.recent, k.recent);
+    }
+
     #[test]
     fn r18_3_revoked_and_expired_keys_refuse() {
         let mut k = rec("ci");
@@ -644,6 +756,9 @@ mod tests {
             })
             .unwrap();
         assert_eq!(store.load().unwrap().keys.len(), 1);
+        // One record by hash, as the gateway reads it per request.
+        assert_eq!(store.get(&h).unwrap().unwrap().name, "ci");
+        assert_eq!(store.get(&"b".repeat(64)).unwrap(), None);
     }
 
     /// R18.1: the table round-trips in the files and SQLite backends, and

@@ -98,7 +98,7 @@ pub use face::{
     StoreFuture, SyncFace,
 };
 pub use file::{FileStore, StatePaths, DEFAULT_AGENT};
-pub use keys::{glob, open_keys, ClientKey, KeyRefusal, KeyStore, KeyTable, KeyUsage};
+pub use keys::{glob, open_keys, ClientKey, KeyRefusal, KeyStore, KeyTable, KeyUsage, Recent};
 pub use memory::MemoryStore;
 pub(crate) use profiles::Unusable;
 pub use profiles::{

@@ -98,11 +98,13 @@ struct Lat {
     own: Vec<u64>,
 }
 
+/// `n` requests one after another, each with `headers` (a session id, a
+/// client key).
 async fn sequential(
     http: &reqwest::Client,
     url: &str,
     model: &str,
-    session: Option<&str>,
+    headers: &[(&str, String)],
     n: usize,
 ) -> Lat {
     let body = BODY.replace("MODEL", model);
@@ -116,8 +118,8 @@ async fn sequential(
             .post(url)
             .header("content-type", "application/json")
             .body(body.clone());
-        if let Some(s) = session {
-            q = q.header("x-session-id", s);
+        for (k, v) in headers {
+            q = q.header(*k, v);
         }
         let r = q.send().await.unwrap();
         let own = r
@@ -315,6 +317,7 @@ fn dies_with_bench(cmd: &mut std::process::Command) -> &mut std::process::Comman
 async fn start_gateway(
     bin: &std::path::Path,
     dir: &std::path::Path,
+    config: &str,
     state: &str,
     workers: Option<&str>,
     http: &reqwest::Client,
@@ -324,7 +327,7 @@ async fn start_gateway(
         .arg("serve")
         .args(workers.iter().flat_map(|w| ["--workers", w]))
         .args(["--listen", &format!("127.0.0.1:{port}"), "--config"])
-        .arg(dir.join("gateway.yaml"))
+        .arg(dir.join(config))
         .arg("--state")
         .arg(dir.join(state))
         .stderr(std::process::Stdio::null())
@@ -388,9 +391,9 @@ async fn bench() {
         .unwrap();
     }
     let cfg = format!(
-        "agents:\n  defaults:\n    model: {{ primary: local/m }}\n  list:\n    - id: once\n      model: {{ primary: broken/m, fallbacks: [local/m] }}\n    - id: keyed\n      model: {{ primary: keyed/m, fallbacks: [] }}\nmodels:\n  providers:\n    local: {{ baseUrl: 'http://{up}/ok/v1', api: openai-completions }}\n    keyed: {{ baseUrl: 'http://{up}/ok/v1', api: openai-completions }}\n    broken: {{ baseUrl: 'http://{up}/fail/v1', api: openai-completions }}\nserve: {{ maxConcurrentRequests: 4096 }}\n"
+        "agents:\n  defaults:\n    model: {{ primary: local/m }}\n  list:\n    - id: once\n      model: {{ primary: broken/m, fallbacks: [local/m] }}\n    - id: keyed\n      model: {{ primary: keyed/m, fallbacks: [] }}\nmodels:\n  providers:\n    local: {{ baseUrl: 'http://{up}/ok/v1', api: openai-completions, auth: none }}\n    keyed: {{ baseUrl: 'http://{up}/ok/v1', api: openai-completions }}\n    broken: {{ baseUrl: 'http://{up}/fail/v1', api: openai-completions, auth: none }}\nserve:\n  maxConcurrentRequests: 4096\n"
     );
-    std::fs::write(dir.join("gateway.yaml"), cfg).unwrap();
+    std::fs::write(dir.join("gateway.yaml"), &cfg).unwrap();
     let http = reqwest::Client::new();
     // `FAILOVER_BIN=/path/to/failover` times another build (an A/B run).
     let bin = std::env::var_os("FAILOVER_BIN")
@@ -404,19 +407,27 @@ async fn bench() {
                 .unwrap()
                 .join("failover")
         });
-    let (mut child, gw_port) = start_gateway(&bin, &dir, "state", workers.as_deref(), &http).await;
+    let (mut child, gw_port) = start_gateway(
+        &bin,
+        &dir,
+        "gateway.yaml",
+        "state",
+        workers.as_deref(),
+        &http,
+    )
+    .await;
     let gw = format!("http://127.0.0.1:{gw_port}/v1/chat/completions");
     let direct_ok = format!("http://{up}/ok/v1/chat/completions");
     let direct_fail = format!("http://{up}/fail/v1/chat/completions");
     let pid = child.id();
     // Warm-up: connections, caches, allocator.
-    sequential(&http, &gw, "local/m", None, 500).await;
-    sequential(&http, &direct_ok, "m", None, 500).await;
+    sequential(&http, &gw, "local/m", &[], 500).await;
+    sequential(&http, &direct_ok, "m", &[], 500).await;
     let rss0 = rss_kb(pid);
 
     let n = 3000;
-    let mut d = sequential(&http, &direct_ok, "m", None, n).await;
-    let mut g = sequential(&http, &gw, "local/m", None, n).await;
+    let mut d = sequential(&http, &direct_ok, "m", &[], n).await;
+    let mut g = sequential(&http, &gw, "local/m", &[], n).await;
     let (d50, d99) = (pct(&mut d.e2e, 0.5), pct(&mut d.e2e, 0.99));
     let (g50, g99) = (pct(&mut g.e2e, 0.5), pct(&mut g.e2e, 0.99));
     let (o50, o99) = (pct(&mut g.own, 0.5), pct(&mut g.own, 0.99));
@@ -437,28 +448,112 @@ async fn bench() {
     let (tcp, tcp_port) = start_relay("tcp", up, &http).await;
     let (hyp, hyp_port) = start_relay("http", up, &http).await;
     let other = match std::env::var_os("FAILOVER_BIN_B") {
-        Some(b) => {
-            Some(start_gateway(b.as_ref(), &dir, "state-b", workers.as_deref(), &http).await)
-        }
+        Some(b) => Some(
+            start_gateway(
+                b.as_ref(),
+                &dir,
+                "gateway.yaml",
+                "state-b",
+                workers.as_deref(),
+                &http,
+            )
+            .await,
+        ),
         None => None,
     };
     let relay_url = |port: u16| format!("http://127.0.0.1:{port}/ok/v1/chat/completions");
-    // (name, url, model, process, session): the keyed rows are a profile
+    // Client keys (SPEC R18): the same gateway with `clientAuth: required`
+    // and a key made by `failover keys create`, its table in SQLite and,
+    // when a `redis-server` can be started, in Redis (read per request).
+    let mut keyed_gws = Vec::new();
+    let redis = failover_testkit::RedisServer::start();
+    // Each with keys required and, beside Redis, the same backend without
+    // them (the difference is the key check's cost there).
+    let mut backends = vec![("keys sqlite", String::new(), true)];
+    if let Some(r) = &redis {
+        let block = |prefix: &str| {
+            format!(
+                "state: {{ backend: redis, url: '{}', prefix: '{prefix}' }}\n",
+                r.url()
+            )
+        };
+        backends.push(("redis no key", block("bench0:"), false));
+        backends.push(("keys redis", block("bench1:"), true));
+    }
+    for (i, (what, state_block, keys)) in backends.iter().enumerate() {
+        let name = format!("gateway-keys-{i}.yaml");
+        let auth = if *keys { "required" } else { "off" };
+        std::fs::write(
+            dir.join(&name),
+            format!("{cfg}  clientAuth: {auth}\n{state_block}"),
+        )
+        .unwrap();
+        let state = format!("state-keys-{i}");
+        let out = std::process::Command::new(&bin)
+            .args(["keys", "create", "--name", "bench", "--state"])
+            .arg(dir.join(&state))
+            .arg("--config")
+            .arg(dir.join(&name))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let key = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap()
+            .to_string();
+        let (c, port) = start_gateway(&bin, &dir, &name, &state, workers.as_deref(), &http).await;
+        keyed_gws.push((*what, c, port, key));
+    }
+    // (name, url, model, process, headers): the keyed rows are a profile
     // with an API key and `x-session-id`, the state path a real
     // deployment takes on every request. Their process is the gateway row
     // above them, whose switch count covers both (so they print none).
-    type Route<'a> = (&'a str, String, &'a str, Option<u32>, Option<&'a str>);
+    type Route<'a> = (
+        &'a str,
+        String,
+        &'a str,
+        Option<u32>,
+        Vec<(&'a str, String)>,
+    );
+    let session = || vec![("x-session-id", "turns".to_string())];
     let mut routes: Vec<Route> = vec![
-        ("direct call", direct_ok.clone(), "m", None, None),
-        ("tcp relay", relay_url(tcp_port), "m", Some(tcp.id()), None),
-        ("http relay", relay_url(hyp_port), "m", Some(hyp.id()), None),
-        ("the gateway", gw.clone(), "local/m", Some(pid), None),
-        ("keyed+session", gw.clone(), "keyed", None, Some("turns")),
+        ("direct call", direct_ok.clone(), "m", None, vec![]),
+        (
+            "tcp relay",
+            relay_url(tcp_port),
+            "m",
+            Some(tcp.id()),
+            vec![],
+        ),
+        (
+            "http relay",
+            relay_url(hyp_port),
+            "m",
+            Some(hyp.id()),
+            vec![],
+        ),
+        ("the gateway", gw.clone(), "local/m", Some(pid), vec![]),
+        ("keyed+session", gw.clone(), "keyed", None, session()),
     ];
+    for (what, c, port, key) in &keyed_gws {
+        let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
+        routes.push((
+            what,
+            url,
+            "local/m",
+            Some(c.id()),
+            vec![("authorization", format!("Bearer {key}"))],
+        ));
+    }
     if let Some((b, port)) = &other {
         let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
-        routes.push(("gateway B", url.clone(), "local/m", Some(b.id()), None));
-        routes.push(("B keyed+sess", url, "keyed", None, Some("turns")));
+        routes.push(("gateway B", url.clone(), "local/m", Some(b.id()), vec![]));
+        routes.push(("B keyed+sess", url, "keyed", None, session()));
     }
     let mut turns: Vec<Lat> = routes
         .iter()
@@ -467,8 +562,8 @@ async fn bench() {
             own: Vec::with_capacity(n),
         })
         .collect();
-    for (_, url, model, _, session) in &routes {
-        sequential(&http, url, model, *session, 200).await;
+    for (_, url, model, _, hdrs) in &routes {
+        sequential(&http, url, model, hdrs, 200).await;
     }
     let before: Vec<(u64, u64)> = routes
         .iter()
@@ -477,8 +572,8 @@ async fn bench() {
     for round in 0..n / 100 {
         for k in 0..routes.len() {
             let i = (round + k) % routes.len();
-            let (_, url, model, _, session) = &routes[i];
-            let mut l = sequential(&http, url, model, *session, 100).await;
+            let (_, url, model, _, hdrs) = &routes[i];
+            let mut l = sequential(&http, url, model, hdrs, 100).await;
             turns[i].e2e.append(&mut l.e2e);
             turns[i].own.append(&mut l.own);
         }
@@ -490,7 +585,11 @@ async fn bench() {
         let (cs, mig) = p.map_or((0, 0), switches);
         let own = match t.own.is_empty() {
             true => String::new(),
-            false => format!("; in-gateway p50 {} µs", pct(&mut t.own, 0.5)),
+            false => format!(
+                "; in-gateway p50 {} µs p99 {} µs",
+                pct(&mut t.own, 0.5),
+                pct(&mut t.own, 0.99)
+            ),
         };
         let switched = match p {
             // Every route of the process (the gateway's keyed row too).
@@ -513,6 +612,7 @@ async fn bench() {
     for mut process in [Some(tcp), Some(hyp), other.map(|o| o.0)]
         .into_iter()
         .flatten()
+        .chain(keyed_gws.into_iter().map(|k| k.1))
     {
         let _ = process.kill();
         let _ = process.wait();
@@ -527,7 +627,7 @@ async fn bench() {
         }
         two.push(t.elapsed().as_micros() as u64);
     }
-    let mut f = sequential(&http, &gw, "once", None, n).await;
+    let mut f = sequential(&http, &gw, "once", &[], n).await;
     let (t50, f50, f99) = (
         pct(&mut two, 0.5),
         pct(&mut f.e2e, 0.5),
@@ -542,7 +642,11 @@ async fn bench() {
     // The success record is written after the answer, unless the session
     // changes: then it and the session are one transaction before it.
     for (session, what) in [(None, "no session"), (Some("bench"), "x-session-id")] {
-        let mut k = sequential(&http, &gw, "keyed", session, 1000).await;
+        let hdrs: Vec<(&str, String)> = session
+            .map(|s| ("x-session-id", s.to_string()))
+            .into_iter()
+            .collect();
+        let mut k = sequential(&http, &gw, "keyed", &hdrs, 1000).await;
         println!(
             "keyed profile (state written per success), {what}: p50 {} µs  p99 {} µs  in-gateway p50 {} µs",
             pct(&mut k.e2e, 0.5),
@@ -648,9 +752,9 @@ async fn side_by_side(
         return;
     }
     let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
-    sequential(&http, &url, "local/m", None, 200).await;
+    sequential(&http, &url, "local/m", &[], 200).await;
     let n = 1000;
-    let mut l = sequential(&http, &url, "local/m", None, n).await;
+    let mut l = sequential(&http, &url, "local/m", &[], n).await;
     let (l50, l99) = (pct(&mut l.e2e, 0.5), pct(&mut l.e2e, 0.99));
     let probe = http
         .post(&url)
@@ -660,7 +764,7 @@ async fn side_by_side(
         .await
         .map(|r| r.status().as_u16());
     println!("LiteLLM 'once' (404 upstream, fallback configured) answers {probe:?}");
-    let mut lf = sequential(&http, &url, "once", None, n / 2).await;
+    let mut lf = sequential(&http, &url, "once", &[], n / 2).await;
     let lf50 = pct(&mut lf.e2e, 0.5);
     let (_, lrps, lfail) =
         concurrent(&url, "local/m", 64, 1_000_000, Duration::from_secs(secs)).await;

@@ -20,6 +20,9 @@ pub struct ConfigCheck {
     pub text: String,
     /// Every problem, in file order.
     pub problems: Vec<ConfigProblem>,
+    /// Choices the config makes that an operator should see even when
+    /// nothing is wrong (`name: what`), e.g. whether clients need a key.
+    pub notes: Vec<(String, String)>,
 }
 
 impl ConfigCheck {
@@ -45,6 +48,7 @@ pub fn check_config(path: &Path) -> ConfigCheck {
                 name: e.name,
                 text: String::new(),
                 problems: e.problems,
+                notes: Vec::new(),
             }
         }
         Err(e) => (e.name, e.text, e.problems),
@@ -52,8 +56,10 @@ pub fn check_config(path: &Path) -> ConfigCheck {
     let env = |name: &str| std::env::var(name).ok();
     let providers = provider_ids(&text);
     let mut theirs = Vec::new();
-    if let Err(ps) = upstreams::parse(&text, &env) {
-        theirs.extend(ps);
+    let mut notes = Vec::new();
+    match upstreams::parse(&text, &env) {
+        Ok((_, serve)) => notes.push(("clientAuth".to_string(), client_auth_note(&serve))),
+        Err(ps) => theirs.extend(ps),
     }
     if let Err(ps) = upstreams::classify_settings(&text) {
         theirs.extend(ps);
@@ -66,6 +72,21 @@ pub fn check_config(path: &Path) -> ConfigCheck {
         name,
         text,
         problems,
+        notes,
+    }
+}
+
+/// What `serve` will do about client keys with this config (R18.6).
+fn client_auth_note(serve: &upstreams::ServeSettings) -> String {
+    use upstreams::ClientAuthMode;
+    match serve.client_auth {
+        Some(ClientAuthMode::Required) => {
+            "required (serve.clientAuth): every request but /healthz and /readyz needs a client key".into()
+        }
+        Some(ClientAuthMode::Off) => {
+            "off (serve.clientAuth): anyone who reaches the gateway spends its provider keys; a warning is logged when it listens off loopback".into()
+        }
+        None => "not written: required when serve listens off loopback or once `failover keys create` has made a key; off otherwise".into(),
     }
 }
 

@@ -164,6 +164,20 @@ pub(crate) struct ClientAuth {
 pub(crate) struct KeySlot {
     auth: Arc<ClientAuth>,
     hash: String,
+    name: String,
+}
+
+impl KeySlot {
+    /// The key's name (for metrics).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Tokens of the answer this slot is held for (a stream's, counted
+    /// as its events pass).
+    pub(crate) fn record_tokens(&self, prompt: u64, completion: u64) {
+        self.auth.add_tokens(&self.hash, prompt, completion);
+    }
 }
 
 impl Drop for KeySlot {
@@ -256,8 +270,13 @@ impl ClientAuth {
     }
 
     /// R18.2, R18.3: the request's key, verified (`None` with
-    /// `clientAuth: off`). Refusals are 401s in the client's protocol;
-    /// the `&'static str` is the metric's outcome.
+    /// `clientAuth: off`). Refusals are 401s in the client's protocol,
+    /// with the metric's key label (the key's name, or `none`).
+    ///
+    /// A backend that reads one record cheaply (Redis) is asked on every
+    /// request, so a revocation takes effect at once; the others are read
+    /// through the table cached for [`CACHE_TTL`]. When that read fails,
+    /// the cached table answers (logged).
     pub(crate) async fn verify(
         &self,
         headers: &HeaderMap,
@@ -277,20 +296,38 @@ impl ClientAuth {
             ));
         };
         let hash = hash_of(key);
-        let table = self.table().await;
-        let found = table
-            .keys
-            .iter()
-            .find(|(h, _)| ct_eq(h.as_bytes(), hash.as_bytes()));
-        let Some((h, record)) = found else {
+        let fresh = match self.store.clone().filter(|s| s.per_request()) {
+            Some(store) => {
+                let h = hash.clone();
+                match tokio::task::spawn_blocking(move || store.get(&h)).await {
+                    Ok(Ok(found)) => Some(found),
+                    Ok(Err(e)) => {
+                        tracing::warn!(target: "failover::serve", error = %e, "client key could not be read; using the last table");
+                        None
+                    }
+                    Err(_) => None,
+                }
+            }
+            None => None,
+        };
+        let record = match fresh {
+            Some(found) => found,
+            None => {
+                let table = self.table().await;
+                table
+                    .keys
+                    .iter()
+                    .find(|(h, _)| ct_eq(h.as_bytes(), hash.as_bytes()))
+                    .map(|(_, r)| r.clone())
+            }
+        };
+        let Some(record) = record else {
             return Err(unauth("the client key is not valid", "none"));
         };
+        let h = hash;
         let now = failover::time::Clock::now_ms(&failover::time::SystemClock);
         match record.usable(now) {
-            Ok(()) => Ok(Some(Verified {
-                hash: h.clone(),
-                record: record.clone(),
-            })),
+            Ok(()) => Ok(Some(Verified { hash: h, record })),
             Err(KeyRefusal::Revoked) => Err(unauth(
                 &format!("the client key `{}` was revoked", record.name),
                 &record.name,
@@ -378,13 +415,21 @@ impl ClientAuth {
         Ok(KeySlot {
             auth: self.clone(),
             hash: key.hash.clone(),
+            name: r.name.clone(),
         })
     }
 
     /// Tokens of an admitted request's answer.
     pub(crate) fn record_tokens(&self, key: &Verified, prompt: u64, completion: u64) {
+        self.add_tokens(&key.hash, prompt, completion);
+    }
+
+    fn add_tokens(&self, hash: &str, prompt: u64, completion: u64) {
+        if prompt == 0 && completion == 0 {
+            return;
+        }
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        live.entry(key.hash.clone())
+        live.entry(hash.to_string())
             .or_default()
             .pending
             .add(KeyUsage::of(0, prompt, completion));
@@ -414,10 +459,12 @@ impl ClientAuth {
             return;
         }
         let write = move || {
+            let now = failover::time::Clock::now_ms(&failover::time::SystemClock);
             let r = store.update(|t| {
                 for (h, u, last) in &pending {
                     if let Some(k) = t.keys.get_mut(h) {
                         k.usage.add(*u);
+                        k.recent.add(now, u.requests);
                         k.last_used_ms = k.last_used_ms.max(*last);
                     }
                 }
@@ -458,6 +505,44 @@ pub(crate) fn usage_of(body: &[u8]) -> (u64, u64) {
     }
 }
 
+/// The `usage` one event of a stream in the client's protocol reports:
+/// OpenAI's last chunk (`usage`), Anthropic's `message_start`
+/// (`message.usage`) and `message_delta` (`usage`), the Responses API's
+/// `response.completed` (`response.usage`). Each is a running total, so a
+/// stream's tokens are the largest seen. `None` for any other event (most
+/// are skipped without parsing: they do not mention `usage`).
+pub(crate) fn stream_usage_of(data: &str) -> Option<(u64, u64)> {
+    if !data.contains("\"usage\"") {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct U {
+        prompt_tokens: Option<u64>,
+        completion_tokens: Option<u64>,
+        input_tokens: Option<u64>,
+        output_tokens: Option<u64>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Inner {
+        usage: Option<U>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Ev {
+        usage: Option<U>,
+        message: Option<Inner>,
+        response: Option<Inner>,
+    }
+    let ev: Ev = serde_json::from_str(data).ok()?;
+    let u = ev
+        .usage
+        .or(ev.message.and_then(|m| m.usage))
+        .or(ev.response.and_then(|r| r.usage))?;
+    Some((
+        u.prompt_tokens.or(u.input_tokens).unwrap_or(0),
+        u.completion_tokens.or(u.output_tokens).unwrap_or(0),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -490,6 +575,37 @@ mod tests {
         h.insert("x-api-key", "fo-y".parse().unwrap());
         assert_eq!(presented(&h), Some("fo-y"));
         assert!(ct_eq(b"abc", b"abc") && !ct_eq(b"abc", b"abd") && !ct_eq(b"ab", b"abc"));
+    }
+
+    #[test]
+    fn r18_8_stream_usage_is_read_in_every_client_protocol() {
+        let cases = [
+            (
+                r#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}"#,
+                Some((7, 3)),
+            ),
+            (
+                r#"{"type":"message_start","message":{"usage":{"input_tokens":9,"output_tokens":1}}}"#,
+                Some((9, 1)),
+            ),
+            (
+                r#"{"type":"message_delta","usage":{"output_tokens":12}}"#,
+                Some((0, 12)),
+            ),
+            (
+                r#"{"type":"response.completed","response":{"usage":{"input_tokens":4,"output_tokens":5}}}"#,
+                Some((4, 5)),
+            ),
+            (
+                r#"{"choices":[{"delta":{"content":"the word \"usage\""}}]}"#,
+                None,
+            ),
+            (r#"{"choices":[{"delta":{"content":"hi"}}]}"#, None),
+            ("not json \"usage\"", None),
+        ];
+        for (data, want) in cases {
+            assert_eq!(stream_usage_of(data), want, "{data}");
+        }
     }
 
     #[test]

@@ -289,7 +289,7 @@ impl Metrics {
             .inc();
     }
 
-    /// Tokens a client key's whole answer reported.
+    /// Tokens a client key's answer reported (whole, or a stream's).
     pub(crate) fn client_tokens(&self, key: &str, prompt: u64, completion: u64) {
         for (kind, n) in [("prompt", prompt), ("completion", completion)] {
             if n > 0 {

@@ -286,7 +286,46 @@ pub(crate) struct Relay {
     last_sent: Instant,
     /// Held for as long as the stream runs (the concurrency limits: the
     /// gateway's, and the client key's).
-    _permit: Option<super::Permits>,
+    permit: Option<super::Permits>,
+    /// Tokens the client's events reported (R18.8): summed over the
+    /// sources already finished, and the largest running total of the
+    /// current one.
+    tokens: Tokens,
+}
+
+/// A stream's token usage as its events report it.
+#[derive(Clone, Copy, Default)]
+struct Tokens {
+    done: (u64, u64),
+    current: (u64, u64),
+}
+
+impl Tokens {
+    fn see(&mut self, (p, c): (u64, u64)) {
+        self.current = (self.current.0.max(p), self.current.1.max(c));
+    }
+
+    /// The current source ended (a continuation follows).
+    fn next_source(&mut self) {
+        self.done = (
+            self.done.0.saturating_add(self.current.0),
+            self.done.1.saturating_add(self.current.1),
+        );
+        self.current = (0, 0);
+    }
+}
+
+impl Drop for Relay {
+    /// The stream's tokens go to its client key once, however it ended.
+    fn drop(&mut self) {
+        let Some(slot) = self.permit.as_ref().and_then(|p| p.1.as_ref()) else {
+            return;
+        };
+        self.tokens.next_source();
+        let (p, c) = self.tokens.done;
+        slot.record_tokens(p, c);
+        self.recorder.metrics.client_tokens(slot.name(), p, c);
+    }
 }
 
 impl Relay {
@@ -307,7 +346,8 @@ impl Relay {
             splice: None,
             first_break: None,
             last_sent: Instant::now(),
-            _permit: permit,
+            permit,
+            tokens: Tokens::default(),
         }
     }
 
@@ -362,6 +402,7 @@ impl Relay {
                 }
                 comment.push('\n');
                 self.splice = Some(Splice::new(self.client, c.mode, &self.ledger));
+                self.tokens.next_source();
                 self.src = Source::new(
                     c.started,
                     c.upstream,
@@ -431,6 +472,13 @@ impl Relay {
         if self.cont.is_some() {
             for e in &out {
                 self.ledger.observe(e);
+            }
+        }
+        if self.permit.as_ref().is_some_and(|p| p.1.is_some()) {
+            for e in &out {
+                if let Some(u) = super::keys::stream_usage_of(&e.data) {
+                    self.tokens.see(u);
+                }
             }
         }
         Bytes::from(encode(&out))

@@ -108,12 +108,18 @@ pub(super) fn config_report(path: &std::path::Path, json: bool, deny_warnings: b
                 .iter()
                 .map(|p| crate::diag::to_json(&p.to_diagnostic(&sources, file), &sources))
                 .collect::<Vec<_>>(),
+            "notes": c.notes.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str()))).collect::<serde_json::Map<_, _>>(),
         });
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
-    } else if c.problems.is_empty() {
-        println!("ok: config `{}`; no problems", c.name);
     } else {
-        print!("{}", super::paint_diagnostics_to(&c.render(), false));
+        if c.problems.is_empty() {
+            println!("ok: config `{}`; no problems", c.name);
+        } else {
+            print!("{}", super::paint_diagnostics_to(&c.render(), false));
+        }
+        for (k, v) in &c.notes {
+            println!("note: {k}: {v}");
+        }
     }
     i32::from(failed)
 }

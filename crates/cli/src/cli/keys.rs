@@ -241,7 +241,7 @@ fn create(a: &CreateArgs) -> CmdResult {
 /// `key` field of one JSON document).
 fn show_new(rec: &ClientKey, key: &str, at: &str, json: bool, verb: &str) {
     if json {
-        let mut v = record_json(rec);
+        let mut v = record_json(rec, rec.created_ms);
         v["key"] = json!(key);
         v["store"] = json!(at);
         println!("{v}");
@@ -275,7 +275,7 @@ fn scopes(k: &ClientKey) -> String {
     )
 }
 
-fn record_json(k: &ClientKey) -> serde_json::Value {
+fn record_json(k: &ClientKey, now: u64) -> serde_json::Value {
     json!({
         "name": k.name,
         "hint": format!("{}…", k.hint),
@@ -288,6 +288,7 @@ fn record_json(k: &ClientKey) -> serde_json::Value {
         "revokedMs": k.revoked_ms,
         "rotatedMs": k.rotated_ms,
         "lastUsedMs": k.last_used_ms,
+        "requestsPerMinute": k.recent.per_minute(now),
         "usage": {
             "requests": k.usage.requests,
             "promptTokens": k.usage.prompt_tokens,
@@ -316,7 +317,7 @@ fn list(a: &ListArgs) -> CmdResult {
         let list: Vec<serde_json::Value> = keys
             .iter()
             .map(|k| {
-                let mut v = record_json(k);
+                let mut v = record_json(k, now);
                 v["state"] = json!(key_state(k, now));
                 v
             })
@@ -353,8 +354,11 @@ pub(super) fn render_list(keys: &[&ClientKey], now: u64) -> String {
         let _ = writeln!(out, "  {}", scopes(k));
         let _ = writeln!(
             out,
-            "  usage: {} requests, {} prompt and {} completion tokens",
-            k.usage.requests, k.usage.prompt_tokens, k.usage.completion_tokens
+            "  usage: {} requests ({}/min now), {} prompt and {} completion tokens",
+            k.usage.requests,
+            k.recent.per_minute(now),
+            k.usage.prompt_tokens,
+            k.usage.completion_tokens
         );
     }
     out
@@ -380,7 +384,7 @@ fn revoke(a: &NameArgs) -> CmdResult {
         return Ok(1);
     }
     println!(
-        "revoked client key `{}` ({n} key{}); every gateway replica refuses it within a second",
+        "revoked client key `{}` ({n} key{}); every gateway replica refuses it within a second (on Redis, at once)",
         a.name,
         if n == 1 { "" } else { "s" }
     );

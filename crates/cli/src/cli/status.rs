@@ -120,6 +120,7 @@ pub(super) fn run(args: &StatusArgs) -> CmdResult {
                         "agents": k.agents, "models": k.models, "rpm": k.rpm,
                         "concurrency": k.concurrency, "expiresMs": k.expires_ms,
                         "lastUsedMs": k.last_used_ms, "requests": k.usage.requests,
+                        "requestsPerMinute": k.recent.per_minute(now),
                     })
                 })
                 .collect();

@@ -19,6 +19,7 @@ mod classify_cli;
 mod cli_pipes;
 mod config_secrets;
 mod fmt;
+mod keys_cli;
 mod lsp;
 mod model_cli;
 mod module_graph;

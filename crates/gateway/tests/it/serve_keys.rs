@@ -2,7 +2,6 @@
 //! gateway, keys made as `failover keys create` makes them (the gateway's
 //! `generate_key` and the state backend's key table).
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::serve_support::*;
@@ -44,19 +43,6 @@ async fn post_with(gw: &Gw, path: &str, body: serde_json::Value, headers: &[(&st
         r = r.header(*k, *v);
     }
     Resp::from(r.send().await.unwrap()).await
-}
-
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 fn assert_absent(what: &str, text: &str, keys: &[&str]) {
@@ -233,7 +219,7 @@ async fn r18_client_keys_admit_scope_limit_and_revoke() {
     assert!(rec.usage.prompt_tokens > 0 || rec.usage.completion_tokens > 0);
     assert!(rec.last_used_ms.is_some());
     gw.stop().await;
-    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let text = logs.text();
     assert!(
         text.contains("key=\"ci\"") || text.contains("key=ci"),
         "{text}"
@@ -277,9 +263,10 @@ async fn r18_2_metrics_token_and_open_health() {
 }
 
 // R18.3: two replicas on one Redis; a key revoked through the shared table
-// is refused by the second replica within a second.
+// is refused by both at once (the other backends: within the cache's
+// 500 ms, shown by the first test).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r18_3_a_revoked_key_is_refused_by_another_replica_within_a_second() {
+async fn r18_3_a_revoked_key_is_refused_by_every_replica_at_once_on_redis() {
     let Some(server) = failover_testkit::RedisServer::start() else {
         return;
     };
@@ -315,26 +302,20 @@ async fn r18_3_a_revoked_key_is_refused_by_another_replica_within_a_second() {
         .await;
         assert_eq!(r.status, 200, "{}", r.text);
     }
+    // On Redis the record is read per request: the very next request
+    // after the revocation is refused (R18.3), by either replica.
     revoke(&*store, "fleet");
-    let revoked = std::time::Instant::now();
-    loop {
+    for gw in [&a, &b] {
         let r = post_with(
-            &b,
+            gw,
             "/v1/chat/completions",
             chat("prim/model-a"),
             &[("authorization", &bearer)],
         )
         .await;
-        if r.status == 401 {
-            break;
-        }
-        assert!(
-            revoked.elapsed() < Duration::from_secs(1),
-            "still admitted after a second"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(r.status, 401, "{}", r.text);
+        assert!(r.text.contains("`fleet` was revoked"), "{}", r.text);
     }
-    assert!(revoked.elapsed() < Duration::from_secs(1));
     // Refused from then on, without reaching B's upstream.
     let hits = b.prim.hits();
     let r = post_with(
@@ -350,20 +331,84 @@ async fn r18_3_a_revoked_key_is_refused_by_another_replica_within_a_second() {
     b.stop().await;
 }
 
+// R18.8: a stream's tokens are counted for its key as its events report
+// them — Anthropic's `message_start` and `message_delta` relayed as they
+// are, and the same answer translated for an OpenAI client that asked for
+// a usage chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r18_8_stream_tokens_are_counted_for_the_key() {
+    let gw = Gw::start(
+        "keys-stream",
+        Setup {
+            prim_api: "anthropic-messages",
+            extra: "serve:\n  clientAuth: required\n".into(),
+            ..Setup::default()
+        },
+    )
+    .await;
+    gw.prim.always(Reply::Sse(
+        anthropic_events(&["Hel", "lo"], true),
+        Tail::End,
+    ));
+    let store = failover::state::keys::open(None, &gw.dir.join("state")).unwrap();
+    let key = create(&*store, "streamer", |_| {});
+    let mut m = msg("prim/model-a");
+    m["stream"] = serde_json::json!(true);
+    let r = post_with(&gw, "/v1/messages", m, &[("x-api-key", &key)]).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.text.contains("message_stop"), "{}", r.text);
+    let mut c = chat("prim/model-a");
+    c["stream"] = serde_json::json!(true);
+    c["stream_options"] = serde_json::json!({"include_usage": true});
+    let bearer = format!("Bearer {key}");
+    let r = post_with(
+        &gw,
+        "/v1/chat/completions",
+        c,
+        &[("authorization", &bearer)],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.text.contains("\"prompt_tokens\":3"), "{}", r.text);
+    let metrics = gw
+        .http
+        .get(gw.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"failover_client_tokens_total{key="streamer",kind="prompt"} 6"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"failover_client_tokens_total{key="streamer",kind="completion"} 4"#),
+        "{metrics}"
+    );
+    let mut gw = gw;
+    gw.running.take().unwrap().shutdown().await;
+    let t = store.load().unwrap();
+    let rec = t.keys.values().find(|k| k.name == "streamer").unwrap();
+    assert_eq!(rec.usage.requests, 2);
+    assert_eq!(
+        (rec.usage.prompt_tokens, rec.usage.completion_tokens),
+        (6, 4)
+    );
+    // R18.7: the two requests are this minute's (or the last's) rate.
+    assert_eq!(rec.recent.per_minute(now_ms()), 2);
+    gw.stop().await;
+}
+
 // The official SDKs authenticate with a created key as their `api_key`
 // (tests/sdk/keys.py): OpenAI's `Authorization: Bearer`, Anthropic's
 // `x-api-key`; a wrong key is the SDKs' own AuthenticationError.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r18_2_official_sdks_authenticate_with_a_client_key() {
-    let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.ci/venv/bin/python");
-    if !python.exists() {
-        let opted_out = std::env::var("FAILOVER_SKIP_SDK").as_deref() == Ok("1");
-        if std::env::var_os("CI").is_some() || !opted_out {
-            panic!("the Python SDK venv is missing (or set FAILOVER_SKIP_SDK=1 to skip this test)");
-        }
-        eprintln!("\n!!! SKIPPED r18_2_official_sdks_authenticate_with_a_client_key (FAILOVER_SKIP_SDK=1)\n");
+    let Some(python) = sdk_python("r18_2_official_sdks_authenticate_with_a_client_key") else {
         return;
-    }
+    };
     let gw = Gw::start(
         "keys-sdk",
         Setup {

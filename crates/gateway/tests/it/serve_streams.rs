@@ -638,21 +638,12 @@ async fn a_break_inside_a_tool_call_ends_with_the_error() {
 // Issue 32 "Tests": the official `openai` and `anthropic` Python SDKs as
 // clients of continued streams: the text each assembles equals the
 // upstream's whole answer, with usage (tests/sdk/continuation.py). The
-// venv is found as `serve_sdk` finds it.
+// venv is found by `sdk_python`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_sdks_read_continued_streams() {
-    let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.ci/venv/bin/python");
-    if !python.exists() {
-        let msg = "the Python SDK venv is missing: run `python3 -m venv .ci/venv && .ci/venv/bin/pip install openai anthropic`";
-        let opted_out = std::env::var("FAILOVER_SKIP_SDK").as_deref() == Ok("1");
-        if std::env::var_os("CI").is_some() || !opted_out {
-            panic!("{msg} (or set FAILOVER_SKIP_SDK=1 to skip this test)");
-        }
-        eprintln!(
-            "\n!!! SKIPPED official_sdks_read_continued_streams (FAILOVER_SKIP_SDK=1): {msg}\n"
-        );
+    let Some(python) = sdk_python("official_sdks_read_continued_streams") else {
         return;
-    }
+    };
     let gw = Gw::start(
         "cont-sdk",
         Setup {

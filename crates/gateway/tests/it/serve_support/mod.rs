@@ -689,3 +689,44 @@ pub(crate) fn base64(bytes: &[u8]) -> String {
     }
     out
 }
+
+/// Everything a tracing subscriber writes, kept for assertions (set with
+/// `tracing_subscriber::fmt().with_writer(move || logs.clone())`).
+#[derive(Clone, Default)]
+pub(crate) struct Logs(pub(crate) Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    /// What was written so far, as text.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The Python of `.ci/venv` with the official SDKs (`.ci/run` installs
+/// it). Missing, `test` panics with how to get it, unless
+/// `FAILOVER_SKIP_SDK=1` asks to skip it (never under CI): then `None`.
+pub(crate) fn sdk_python(test: &str) -> Option<PathBuf> {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(".ci/venv/bin/python");
+    if p.exists() {
+        return Some(p);
+    }
+    let msg = "the Python SDK venv is missing: run `python3 -m venv .ci/venv && .ci/venv/bin/pip install openai anthropic`";
+    let opted_out = std::env::var("FAILOVER_SKIP_SDK").as_deref() == Ok("1");
+    if std::env::var_os("CI").is_some() || !opted_out {
+        panic!("{msg} (or set FAILOVER_SKIP_SDK=1 to skip {test})");
+    }
+    eprintln!("\n!!! SKIPPED {test} (FAILOVER_SKIP_SDK=1): {msg}\n");
+    None
+}
