@@ -52,48 +52,109 @@ impl Event {
 /// never ends an event is a broken upstream, not memory to spend.
 const MAX_EVENT_BYTES: usize = 16 << 20;
 
-/// Splits a byte stream into events (`text/event-stream`).
+/// Splits a byte stream into events (`text/event-stream`), to the letter
+/// of the HTML standard's grammar: lines end with CRLF, LF or CR (a CRLF
+/// split across two chunks is one line end); a blank line ends an event;
+/// `:` starts a comment; a field without a colon has an empty value; one
+/// space after the colon is dropped; `data` lines join with LF; a leading
+/// byte-order mark is skipped. An event with no `data` line is not
+/// dispatched. Each byte is looked at once (a line's end is found with
+/// `memchr`), whatever the chunking.
 #[derive(Debug, Default)]
 pub(crate) struct SseParser {
-    buf: Vec<u8>,
+    /// The line under way (bytes after the last line end).
+    line: Vec<u8>,
+    /// The last chunk ended with CR: an LF first in the next is its pair.
+    after_cr: bool,
+    /// The stream's first bytes were looked at for a byte-order mark.
+    started: bool,
+    /// The event under way: its name and its data lines, joined.
+    event: Option<String>,
+    data: Option<String>,
+    /// Bytes of the event under way (its lines so far and the line under
+    /// way), bounded by [`MAX_EVENT_BYTES`].
+    held: usize,
 }
 
 impl SseParser {
     /// The events completed by `chunk`.
-    pub(crate) fn push(&mut self, chunk: &[u8]) -> Result<Vec<Event>, String> {
-        self.buf
-            .extend(chunk.iter().copied().filter(|b| *b != b'\r'));
+    pub(crate) fn push(&mut self, mut chunk: &[u8]) -> Result<Vec<Event>, String> {
         let mut out = Vec::new();
-        while let Some(end) = memchr::memmem::find(&self.buf, b"\n\n") {
-            let block: Vec<u8> = self.buf.drain(..end + 2).collect();
-            let text = String::from_utf8_lossy(&block[..end]);
-            let mut event = None;
-            let mut data: Vec<&str> = Vec::new();
-            for line in text.split('\n') {
-                let (field, value) = match line.split_once(':') {
-                    Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-                    None => (line, ""),
-                };
-                match field {
-                    "event" => event = Some(value.to_string()),
-                    "data" => data.push(value),
-                    _ => {}
-                }
-            }
-            if !data.is_empty() {
-                out.push(Event {
-                    event,
-                    data: data.join("\n"),
-                });
+        if self.after_cr && !chunk.is_empty() {
+            self.after_cr = false;
+            if chunk[0] == b'\n' {
+                chunk = &chunk[1..];
             }
         }
-        if self.buf.len() > MAX_EVENT_BYTES {
+        while let Some(i) = memchr::memchr2(b'\n', b'\r', chunk) {
+            let end = chunk[i];
+            if self.line.is_empty() {
+                self.line_done(&chunk[..i], &mut out);
+            } else {
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(&chunk[..i]);
+                self.line_done(&line, &mut out);
+                line.clear();
+                self.line = line;
+            }
+            chunk = &chunk[i + 1..];
+            if end == b'\r' {
+                match chunk.first() {
+                    Some(b'\n') => chunk = &chunk[1..],
+                    Some(_) => {}
+                    None => self.after_cr = true,
+                }
+            }
+        }
+        self.line.extend_from_slice(chunk);
+        if self.held + self.line.len() > MAX_EVENT_BYTES {
             return Err(format!(
                 "upstream sent an event larger than {} MiB",
                 MAX_EVENT_BYTES >> 20
             ));
         }
         Ok(out)
+    }
+
+    /// One whole line (without its end).
+    fn line_done(&mut self, mut line: &[u8], out: &mut Vec<Event>) {
+        if !self.started {
+            self.started = true;
+            line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+        }
+        if line.is_empty() {
+            self.held = 0;
+            let event = self.event.take();
+            if let Some(data) = self.data.take() {
+                out.push(Event { event, data });
+            }
+            return;
+        }
+        if line[0] == b':' {
+            return;
+        }
+        self.held += line.len() + 1;
+        let (field, value) = match memchr::memchr(b':', line) {
+            Some(c) => {
+                let v = &line[c + 1..];
+                (&line[..c], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        match field {
+            b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
+            b"data" => {
+                let value = String::from_utf8_lossy(value);
+                match &mut self.data {
+                    Some(d) => {
+                        d.push('\n');
+                        d.push_str(&value);
+                    }
+                    None => self.data = Some(value.into_owned()),
+                }
+            }
+            _ => {}
+        }
     }
 }
 
@@ -398,6 +459,74 @@ mod tests {
                 r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}"#
             )
         ));
+    }
+
+    // Issue 44 item 10: CR, LF and CRLF line ends, mixed, split anywhere;
+    // comments, multi-line data, fields without a colon, a BOM.
+    #[test]
+    fn sse_line_ends_to_the_letter() {
+        let want = vec![
+            Event {
+                event: Some("message_start".into()),
+                data: "{\"a\":1}".into(),
+            },
+            Event::data("line one\nline two"),
+            Event::data(""),
+            Event::data("[DONE]"),
+        ];
+        let streams: [&[u8]; 4] = [
+            b"\xEF\xBB\xBFevent: message_start\ndata: {\"a\":1}\n\n: c\n\ndata: line one\ndata:line two\n\ndata\n\ndata: [DONE]\n\n",
+            b"event: message_start\rdata: {\"a\":1}\r\r: c\r\rdata: line one\rdata:line two\r\rdata\r\rdata: [DONE]\r\r",
+            b"event: message_start\r\ndata: {\"a\":1}\r\n\r\n: c\r\n\r\ndata: line one\r\ndata:line two\r\n\r\ndata\r\n\r\ndata: [DONE]\r\n\r\n",
+            b"event: message_start\r\ndata: {\"a\":1}\r\n\n: c\r\rdata: line one\ndata:line two\r\n\rdata\n\r\ndata: [DONE]\r\n\r",
+        ];
+        for bytes in streams {
+            // Whole, and in every split into two chunks, and byte by byte.
+            let mut p = SseParser::default();
+            assert_eq!(
+                p.push(bytes).unwrap(),
+                want,
+                "{}",
+                String::from_utf8_lossy(bytes)
+            );
+            for cut in 0..=bytes.len() {
+                let mut p = SseParser::default();
+                let mut got = p.push(&bytes[..cut]).unwrap();
+                got.extend(p.push(&bytes[cut..]).unwrap());
+                assert_eq!(
+                    got,
+                    want,
+                    "cut at {cut}: {}",
+                    String::from_utf8_lossy(bytes)
+                );
+            }
+            let mut p = SseParser::default();
+            let mut got = Vec::new();
+            for b in bytes {
+                got.extend(p.push(std::slice::from_ref(b)).unwrap());
+            }
+            assert_eq!(got, want);
+        }
+        // An event with no data is not dispatched; a BOM is skipped only
+        // first in the stream (later, it is part of a field's name).
+        let mut p = SseParser::default();
+        assert!(p.push(b"event: ping\n\n").unwrap().is_empty());
+        assert!(p.push(b"\xEF\xBB\xBFdata: x\n\n").unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_event_that_never_ends_is_bounded() {
+        let mut p = SseParser::default();
+        let line = vec![b'x'; 1 << 20];
+        let mut failed = false;
+        for _ in 0..20 {
+            p.push(b"data: ").unwrap();
+            if p.push(&line).is_err() || p.push(b"\n").is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed, "an unfinished event grew past the bound");
     }
 
     #[test]

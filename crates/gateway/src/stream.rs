@@ -216,6 +216,9 @@ pub(crate) struct Source {
     translator: StreamTranslator,
     upstream: Protocol,
     idle: Duration,
+    /// When the last event that is not a ping came (issue 44 item 6):
+    /// `idleMs` runs from it, so comments and pings keep nothing open.
+    last_content: tokio::time::Instant,
     deadline: tokio::time::Instant,
     started: Instant,
     finish: Finish,
@@ -242,6 +245,7 @@ impl Source {
             translator: StreamTranslator::new(upstream, client, client_wants_usage),
             upstream,
             idle,
+            last_content: tokio::time::Instant::now(),
             deadline: tokio::time::Instant::from_std(s.started) + total,
             started: s.started,
             finish: Finish::default(),
@@ -564,17 +568,17 @@ impl Relay {
                 return Some(bytes);
             }
             let complete = self.src.complete();
-            let idle = if complete {
+            let wait = if complete {
                 let grace = if self.src.usage_asked && !self.src.finish.usage {
                     USAGE_GRACE
                 } else {
                     FINISH_GRACE
                 };
-                self.src.idle.min(grace)
+                tokio::time::Instant::now() + self.src.idle.min(grace)
             } else {
-                self.src.idle
-            };
-            let wait = (tokio::time::Instant::now() + idle).min(self.src.deadline);
+                self.src.last_content + self.src.idle
+            }
+            .min(self.src.deadline);
             let next = tokio::time::timeout_at(wait, self.src.body.next()).await;
             // Issue 32 item 1: whatever ends the body after a complete
             // answer (its end, silence, a reset) ends the stream cleanly.
@@ -609,7 +613,12 @@ impl Relay {
                     return Some(self.cut(f).await);
                 }
                 Ok(Some(Ok(chunk))) => match self.src.parser.push(&chunk) {
-                    Ok(events) => self.src.pending.extend(events),
+                    Ok(events) => {
+                        if events.iter().any(|e| !is_ping(e)) {
+                            self.src.last_content = tokio::time::Instant::now();
+                        }
+                        self.src.pending.extend(events)
+                    }
                     Err(msg) => return Some(self.cut(ProviderFailure::message(msg)).await),
                 },
             }
@@ -624,6 +633,12 @@ impl Relay {
             r.next_chunk().await.map(|b| (Ok(b), r))
         })
     }
+}
+
+/// A keep-alive event (Anthropic's `ping`): like a comment, it does not
+/// count as the stream moving.
+fn is_ping(e: &Event) -> bool {
+    e.event.as_deref() == Some("ping")
 }
 
 fn encode(events: &[Event]) -> String {

@@ -12,10 +12,12 @@
 //! Time to first byte has its own deadline: the response head and, for a
 //! stream, its first event must come within `firstByteMs`, else the
 //! attempt fails with a `timeout`-shaped error (`ETIMEDOUT`). A stream's
-//! first *content* has another, `firstTokenMs` (issue 32): until it comes
-//! the events read (`message_start`, role-only chunks, pings) are held, so
-//! nothing has reached the client and a stream that never says anything
-//! fails over like a silent upstream.
+//! first *content* has another, `firstTokenMs` (issue 32), a timer from
+//! the request (issue 44): until it fires or the content comes, the
+//! events read (`message_start`, role-only chunks, pings) are held and
+//! comments are ignored, so nothing has reached the client and a stream
+//! that never says anything fails over like a silent upstream, at
+//! `firstTokenMs` whatever it sends before.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -494,7 +496,18 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
     *req.uri_mut() = uri.clone();
     *req.headers_mut() = headers;
     let send = input.client.request(req);
-    let resp = match tokio::time::timeout_at(first_deadline, send).await {
+    // Issue 44 item 5: a stream's first token cannot come before the
+    // response head, so `firstTokenMs` bounds the head's wait too.
+    let token_first = input.stream && first_token_deadline < first_deadline;
+    let head_deadline = if token_first {
+        first_token_deadline
+    } else {
+        first_deadline
+    };
+    let resp = match tokio::time::timeout_at(head_deadline, send).await {
+        Err(_) if token_first => {
+            return Err(timeout_failure("no first token", u.timeouts.first_token))
+        }
         Err(_) => return Err(timeout_failure("no first byte", u.timeouts.first_byte)),
         Ok(Err(e)) => return Err(send_failure(&e, &uri)),
         Ok(Ok(r)) => r,
@@ -576,7 +589,10 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
         // client has a byte (`firstTokenMs`).
         let mut first: Vec<Event> = Vec::new();
         loop {
-            let (deadline, what, after) = if first.is_empty() {
+            // Timers from the request, not checks on arrival (issue 44
+            // item 5): comments and held events move neither deadline,
+            // and `firstTokenMs` runs from the start whatever comes.
+            let (deadline, what, after) = if first.is_empty() && !token_first {
                 (first_deadline, "no first event", u.timeouts.first_byte)
             } else {
                 (

@@ -119,6 +119,9 @@ struct Answer {
     chunks: Vec<usize>,
     /// Close the connection after this many body bytes.
     cut: Option<usize>,
+    /// The line ends of an event stream's text, one per line in turn
+    /// (0: LF, 1: CR, 2: CRLF; issue 44 item 10): every mix SSE allows.
+    ends: Vec<u8>,
 }
 
 fn header() -> impl Strategy<Value = (String, Vec<u8>)> {
@@ -189,8 +192,9 @@ fn answer() -> impl Strategy<Value = Answer> {
         echo,
         proptest::collection::vec(1usize..4096, 1..6),
         proptest::option::weighted(0.15, 0usize..400),
+        proptest::collection::vec(0u8..3, 1..4),
     )
-        .prop_flat_map(|(status, headers, sse, framing, echo, chunks, cut)| {
+        .prop_flat_map(|(status, headers, sse, framing, echo, chunks, cut, ends)| {
             proptest::collection::vec(piece(sse), 1..10).prop_map(move |body| Answer {
                 status,
                 headers: headers.clone(),
@@ -200,6 +204,7 @@ fn answer() -> impl Strategy<Value = Answer> {
                 echo,
                 chunks: chunks.clone(),
                 cut,
+                ends: ends.clone(),
             })
         })
 }
@@ -210,6 +215,21 @@ impl Answer {
         let mut out = Vec::new();
         for p in &self.body {
             match p {
+                Piece::Text(t) if self.event_stream => {
+                    for (i, line) in t.replace("{KEY}", &k).split_inclusive('\n').enumerate() {
+                        let Some(text) = line.strip_suffix('\n') else {
+                            out.extend_from_slice(line.as_bytes());
+                            continue;
+                        };
+                        out.extend_from_slice(text.as_bytes());
+                        let end: &[u8] = match self.ends[i % self.ends.len()] {
+                            0 => b"\n",
+                            1 => b"\r",
+                            _ => b"\r\n",
+                        };
+                        out.extend_from_slice(end);
+                    }
+                }
                 Piece::Text(t) => out.extend_from_slice(t.replace("{KEY}", &k).as_bytes()),
                 Piece::Bytes(b) => out.extend_from_slice(b),
                 Piece::Large(n) => out.extend(std::iter::repeat_n(b'a', *n)),

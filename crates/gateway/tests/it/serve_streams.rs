@@ -915,3 +915,154 @@ async fn a_held_restart_keeps_the_client_reading() {
     assert_eq!(r.text.matches(": continuing\n").count(), 1, "{}", r.text);
     gw.stop().await;
 }
+
+/// `: keepalive` comments every `every`, for `for_`.
+fn comments(every: Duration, for_: Duration) -> Vec<(Duration, String)> {
+    let n = (for_.as_millis() / every.as_millis()) as usize;
+    vec![(every, ": keepalive\n\n".to_string()); n]
+}
+
+// Issue 44 item 5 (the benchmark's slow-first-token scenario): an
+// upstream that sends its head at once and then only comments is left at
+// `firstTokenMs` (1 s), not at `firstByteMs` (20 s) or when its late
+// answer comes (after 8 s): a timer from the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i44_5_first_token_ms_is_a_timer_from_the_request() {
+    let gw = Gw::start(
+        "first-token-timer",
+        Setup {
+            first_byte_ms: 20_000,
+            timeouts: "firstTokenMs: 1000".into(),
+            ..Setup::default()
+        },
+    )
+    .await;
+    for role_first in [false, true] {
+        let mut late = Vec::new();
+        if role_first {
+            late.push((
+                Duration::ZERO,
+                oa_chunk(json!({"role": "assistant", "content": ""}), None),
+            ));
+        }
+        late.extend(comments(Duration::from_millis(250), Duration::from_secs(8)));
+        late.push((
+            Duration::ZERO,
+            oa_chunk(json!({"content": "late"}), Some("stop")),
+        ));
+        gw.prim.push(Reply::SseTimed(late, Tail::End));
+        let mut ev = openai_events(&["From ", "back"]);
+        ev.extend(openai_stream_end());
+        gw.back.push(Reply::Sse(ev, Tail::End));
+        let mut body = chat("prim/model-a");
+        body["stream"] = json!(true);
+        let t = Instant::now();
+        let r = gw.openai(body, Some(&format!("s-{role_first}"))).await;
+        let took = t.elapsed();
+        assert_eq!(r.status, 200);
+        no_error(&r.text);
+        assert_eq!(openai_text(&r.text), "From back");
+        assert!(
+            took < Duration::from_millis(3000),
+            "role chunk first: {role_first}; left after {took:?}"
+        );
+        eprintln!("comments only, role chunk first {role_first}: failed over after {took:?}");
+        gw.stop_cooling();
+    }
+    gw.stop().await;
+}
+
+// Issue 44 item 6: after the first token, comments (and Anthropic pings)
+// do not reset `idleMs`: a stream that delivers nothing for 1 s is cut,
+// and the answer is finished by the next candidate, not held until
+// `totalMs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i44_6_comments_do_not_reset_idle_ms() {
+    let gw = Gw::start(
+        "idle-comments",
+        Setup {
+            timeouts: "idleMs: 1000".into(),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let mut ev: Vec<(Duration, String)> = openai_events(&["The", " quick"])
+        .into_iter()
+        .map(|e| (Duration::ZERO, e))
+        .collect();
+    ev.extend(comments(Duration::from_millis(200), Duration::from_secs(6)));
+    gw.prim.push(Reply::SseTimed(ev, Tail::Hang));
+    let mut rest = openai_events(&["The quick", " brown fox"]);
+    rest.extend(openai_stream_end());
+    gw.back.push(Reply::Sse(rest, Tail::End));
+    let mut body = chat("prim/model-a");
+    body["stream"] = json!(true);
+    let t = Instant::now();
+    let r = gw.openai(body, None).await;
+    let took = t.elapsed();
+    assert_eq!(r.status, 200);
+    assert!(took < Duration::from_millis(4000), "held for {took:?}");
+    assert!(
+        r.text.contains("stalled for 1000 ms") || gw.back.hits() == 1,
+        "{}",
+        r.text
+    );
+    assert_eq!(gw.back.hits(), 1, "the next candidate was not asked");
+    eprintln!("comments after the first token: cut after {took:?}");
+    gw.stop().await;
+}
+
+// Issue 44 item 10: events ended by CR CR (and CRLF, and mixes), valid
+// SSE line ends, from OpenAI and Anthropic upstreams reach the client
+// whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i44_10_cr_line_ends_from_upstreams() {
+    let events = |api: &str, end: &str| {
+        let mut e = if api == "anthropic-messages" {
+            anthropic_events(&["Hel", "lo"], true)
+        } else {
+            let mut e = openai_events(&["Hel", "lo"]);
+            e.extend(openai_stream_end());
+            e
+        };
+        for x in &mut e {
+            *x = x.replace('\n', end);
+        }
+        e
+    };
+    for (api, end) in [
+        ("openai-completions", "\r"),
+        ("openai-completions", "\r\n"),
+        ("anthropic-messages", "\r"),
+        ("anthropic-messages", "\r\n"),
+    ] {
+        let gw = Gw::start(
+            "cr-ends",
+            Setup {
+                prim_api: api,
+                ..Setup::default()
+            },
+        )
+        .await;
+        gw.prim.always(Reply::Sse(events(api, end), Tail::End));
+        let mut body = chat("prim/model-a");
+        body["stream"] = json!(true);
+        let r = gw.openai(body, None).await;
+        assert_eq!(r.status, 200, "{api} {end:?} → openai: {}", r.text);
+        no_error(&r.text);
+        assert_eq!(openai_text(&r.text), "Hello", "{api} {end:?}: {}", r.text);
+        let mut body = msg("prim/model-a");
+        body["stream"] = json!(true);
+        let r = gw.anthropic(body, None).await;
+        assert_eq!(r.status, 200, "{api} {end:?} → anthropic: {}", r.text);
+        no_error(&r.text);
+        assert_eq!(
+            anthropic_text(&r.text),
+            "Hello",
+            "{api} {end:?}: {}",
+            r.text
+        );
+        assert_eq!(gw.back.hits(), 0, "{api} {end:?}: a fallback was needed");
+        gw.stop().await;
+    }
+}
