@@ -125,6 +125,15 @@ pub enum ModelError {
 #[error("{0}")]
 pub struct ModelFileError(String);
 
+/// A rules identifier (`ident` in grammar/rules.pest): a letter or `_`,
+/// then letters, digits, `_` and `-`.
+fn is_reason_name(s: &str) -> bool {
+    let mut b = s.bytes();
+    b.next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+}
+
 /// Reads a model file (at most [`MAX_MODEL_BYTES`], a regular file):
 /// `cannot read the model `x`: …` or `cannot use the model `x`: …`.
 pub fn read_file(path: &std::path::Path) -> Result<Model, ModelFileError> {
@@ -388,6 +397,14 @@ impl Model {
             let len = usize::from(r.u8()?);
             let name = std::str::from_utf8(r.take(len)?)
                 .map_err(|_| ModelError::Damaged("a reason name that is not UTF-8"))?;
+            // A reason is a rules identifier (grammar/rules.pest `ident`);
+            // anything else — a terminal escape, a newline — would be
+            // printed by `model info` and `--explain` (issue 44 item 16).
+            if !is_reason_name(name) {
+                return Err(ModelError::Damaged(
+                    "a reason name that is not a rules identifier",
+                ));
+            }
             reasons.push(name.to_string());
         }
         let trained = Trained {

@@ -142,6 +142,27 @@ fn a_damaged_or_foreign_file_is_an_error_never_a_panic() {
     }
 }
 
+// Issue 44 item 16: a reason name is a rules identifier; a file whose
+// names hold a terminal escape (checksum and all correct) is refused, so
+// `model info` and `--explain` never print one.
+#[test]
+fn i44_16_reason_names_with_escapes_are_refused() {
+    for bad in ["\u{1b}]0;owned\u{7}", "rate\nlimit", "", "9lives", "a b"] {
+        let mut m = toy();
+        m.reasons[0] = bad.to_string();
+        assert_eq!(
+            Model::from_bytes(&m.to_bytes()),
+            Err(ModelError::Damaged(
+                "a reason name that is not a rules identifier"
+            )),
+            "{bad:?}"
+        );
+    }
+    let mut m = toy();
+    m.reasons[0] = "_custom-reason2".into();
+    assert!(Model::from_bytes(&m.to_bytes()).is_ok());
+}
+
 #[test]
 fn an_explanation_names_features_as_text() {
     let m = toy();

@@ -731,6 +731,19 @@ impl Runner {
                 continue;
             }
             let now = self.now_ms();
+            // Issue 44 item 7: past the request's deadline, nothing more
+            // is started; the rest of the chain is skipped, said so.
+            if let Some(d) = request.deadline_ms.filter(|d| now >= *d) {
+                let late = now - d;
+                walk.skipped(
+                    &cand,
+                    Some("timeout".into()),
+                    format!("the request's deadline passed {late} ms ago"),
+                    now,
+                );
+                i += 1;
+                continue;
+            }
             // The run's first read serves the first candidate.
             let state = if i == 0 { first_state.take() } else { None };
             match self.plan(&turn, &cand, state, &mut walk, now).await? {
@@ -1003,6 +1016,7 @@ impl Runner {
             }
             let guard = self.persist_fallback(turn, cand, profile_id, now).await;
             let mut retried = 0;
+            let first_call_ms = self.now_ms();
             let result = loop {
                 let number = walk.attempts.len() + 1;
                 let r = self
@@ -1016,6 +1030,20 @@ impl Runner {
                 let Some((wait, max)) = self.retry_wait(cand, f, retried) else {
                     break r;
                 };
+                // Issue 44 item 7: a retry whose wait would end past the
+                // candidate's time budget or the request's deadline is not
+                // made; the run fails over now.
+                let after_wait = self.now_ms().saturating_add(wait);
+                let budget_end = self
+                    .retries
+                    .get(&crate::store::normalize_provider(cand.provider()))
+                    .and_then(|b| b.within_ms)
+                    .map(|w| first_call_ms.saturating_add(w));
+                if budget_end.is_some_and(|end| after_wait >= end)
+                    || turn.request.deadline_ms.is_some_and(|d| after_wait >= d)
+                {
+                    break r;
+                }
                 retried += 1;
                 self.retried(
                     turn,

@@ -179,6 +179,12 @@ pub struct RunRequest {
     /// the `client` field of the run's `model_fallback_decision` events.
     /// Never a key.
     pub client: Option<String>,
+    /// When the whole run must be over, in the runner's clock's ms (the
+    /// gateway's `serve.requestTimeoutMs`, issue 44 item 7): once it has
+    /// passed, no candidate is started (the rest are skipped, reason
+    /// `timeout`), and no retry whose wait would end past it is made.
+    /// The attempt under way is the caller's to bound.
+    pub deadline_ms: Option<u64>,
 }
 
 impl RunRequest {
@@ -322,6 +328,11 @@ pub struct RetryBudget {
     pub base_delay_ms: u64,
     /// The largest backoff ceiling, in ms.
     pub max_delay_ms: u64,
+    /// The candidate's time budget, its retries included, in ms from its
+    /// first call (the gateway's `totalMs`, issue 44 item 7): a retry
+    /// whose wait would end past it is not made, and the run fails over.
+    /// `None`: no bound but `max`.
+    pub within_ms: Option<u64>,
 }
 
 impl RetryBudget {
@@ -331,6 +342,7 @@ impl RetryBudget {
         max: 0,
         base_delay_ms: 500,
         max_delay_ms: 8_000,
+        within_ms: None,
     };
 }
 

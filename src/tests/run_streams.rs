@@ -68,14 +68,21 @@ async fn a_continuation_starts_after_the_candidate_that_broke() {
 }
 
 fn with_budget(max: u32) -> impl FnOnce(crate::Runner) -> crate::Runner {
+    with_budget_within(max, None)
+}
+
+fn with_budget_within(
+    max: u32,
+    within_ms: Option<u64>,
+) -> impl FnOnce(crate::Runner) -> crate::Runner {
     move |r| {
         r.with_retries(
             [(
                 "anthropic".to_string(),
                 RetryBudget {
                     max,
-                    base_delay_ms: 500,
-                    max_delay_ms: 8_000,
+                    within_ms,
+                    ..RetryBudget::DEFAULT
                 },
             )],
             RetryCap::default(),
@@ -137,6 +144,73 @@ async fn retry_budget_honours_retry_after() {
     assert_eq!((d.probability, out.attempts[0].probability), (None, None));
     assert!(out.notices.is_empty(), "no fallback happened");
     assert_eq!(h.stats("anthropic:default").cooldown_until, None);
+}
+
+// Issue 44 item 7: `retries: {max: 3}` under a 2 s candidate budget
+// (`totalMs`) and `Retry-After: 4`: the wait would end past the budget,
+// so no retry is made and the run fails over at once (before: 12 s and
+// four calls).
+#[tokio::test(start_paused = true)]
+async fn i44_7_a_retry_past_the_candidates_budget_is_not_made() {
+    let h = setup_with(BASIC, KEYS, with_budget_within(3, Some(2_000)));
+    let s = Script::default().on("anthropic/claude", vec![rate_limited(Some("4"))]);
+    let t = tokio::time::Instant::now();
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(t.elapsed(), std::time::Duration::ZERO);
+    assert_eq!(out.model_ref(), "openai/gpt");
+    assert_eq!(s.calls().len(), 2, "{:?}", s.calls());
+    // Within the budget, the same wait is honoured.
+    let h = setup_with(BASIC, KEYS, with_budget_within(3, Some(10_000)));
+    let s = Script::default().on("anthropic/claude", vec![rate_limited(Some("4")), ok()]);
+    let t = tokio::time::Instant::now();
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(t.elapsed(), std::time::Duration::from_secs(4));
+    assert_eq!(out.model_ref(), "anthropic/claude");
+    // A wait that ends exactly at the budget's end leaves no time for the
+    // call: not made.
+    let h = setup_with(BASIC, KEYS, with_budget_within(3, Some(4_000)));
+    let s = Script::default().on("anthropic/claude", vec![rate_limited(Some("4")), ok()]);
+    let out = h.runner.run(&req(), s.f()).await.unwrap();
+    assert_eq!(out.model_ref(), "openai/gpt");
+}
+
+// Issue 44 item 7: the request's deadline bounds the whole chain: no
+// retry whose wait would pass it, and no candidate started after it (the
+// rest are skipped as `timeout`, said in the attempts).
+#[tokio::test(start_paused = true)]
+async fn i44_7_the_request_deadline_bounds_the_chain() {
+    let h = setup_with(BASIC, KEYS, with_budget(10));
+    let s = Script::default().on("anthropic/claude", vec![rate_limited(Some("60"))]);
+    let mut r = req();
+    r.deadline_ms = Some(T0 + 30_000);
+    let t = tokio::time::Instant::now();
+    let out = h.runner.run(&r, s.f()).await.unwrap();
+    assert_eq!(t.elapsed(), std::time::Duration::ZERO, "no 60 s wait");
+    assert_eq!(out.model_ref(), "openai/gpt");
+    // A wait that would end exactly at the deadline is not made either
+    // (a fresh state: nothing cooling).
+    let h2 = setup_with(BASIC, KEYS, with_budget(10));
+    let s = Script::default().on("anthropic/claude", vec![rate_limited(Some("60")), ok()]);
+    let mut r = req();
+    r.deadline_ms = Some(T0 + 60_000);
+    let out = h2.runner.run(&r, s.f()).await.unwrap();
+    assert_eq!(out.model_ref(), "openai/gpt");
+    assert_eq!(s.calls()[0], "anthropic/claude@anthropic:default");
+    // Past the deadline, nothing is started.
+    let s = Script::default();
+    let mut r = req();
+    r.deadline_ms = Some(T0);
+    let e = h.runner.run(&r, s.f()).await.unwrap_err();
+    assert!(s.calls().is_empty(), "{:?}", s.calls());
+    assert!(!e.attempts().is_empty());
+    for a in e.attempts() {
+        assert_eq!(a.outcome, AttemptOutcome::Skipped);
+        assert_eq!(a.reason.as_deref(), Some("timeout"));
+        assert_eq!(
+            a.error.as_deref(),
+            Some("the request's deadline passed 0 ms ago")
+        );
+    }
 }
 
 // R7.5: a `Retry-After` of exactly the cap (60 s) is still waited for;

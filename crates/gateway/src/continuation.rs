@@ -218,6 +218,7 @@ impl Continuer {
             .client(&up.id)
             .ok_or_else(|| AttemptError::Skip(format!("no client for upstream `{}`", up.id)))?;
         let profile = attempt.profile_id.as_deref().zip(attempt.profile.as_ref());
+        let deadline = upstream::deadline_of(self.run_req.deadline_ms, self.runner.now_ms());
         let call = |body: Vec<u8>| {
             upstream::call(CallInput {
                 client,
@@ -234,6 +235,7 @@ impl Continuer {
                 metrics: &self.gw.metrics,
                 now_ms: self.runner.now_ms(),
                 buffers: &self.gw.buffers,
+                deadline,
             })
         };
         let mut mode = mode;
@@ -270,12 +272,16 @@ impl Continuer {
             other => other?,
         };
         match answer {
-            Answer::Stream(started) => Ok(Continued {
-                started,
-                upstream: up_proto,
-                mode,
-                timeouts: up.timeouts,
-            }),
+            Answer::Stream(started) => {
+                let mut timeouts = up.timeouts;
+                timeouts.total = upstream::total_by(timeouts.total, started.started, deadline);
+                Ok(Continued {
+                    started,
+                    upstream: up_proto,
+                    mode,
+                    timeouts,
+                })
+            }
             Answer::Whole(..) => Err(AttemptError::Provider(failover::ProviderFailure::message(
                 "upstream answered a streaming request without an event stream",
             ))),

@@ -637,6 +637,7 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
         // the session is (see `Settling`, `RunRequest::defer_success_record`).
         run_req.defer_success_record = true;
         run_req.one_off = anonymous;
+
         run_req.session = session.unwrap_or_else(|| {
             format!(
                 "{EPHEMERAL_PREFIX}{}",
@@ -648,6 +649,9 @@ async fn handle(gw: Arc<Gateway>, protocol: Protocol, headers: HeaderMap, body: 
             .get(&agent)
             .cloned()
             .ok_or_else(|| ClientError::new(404, "unknown agent"))?;
+        // Issue 44 item 7: the whole chain ends by `serve.requestTimeoutMs`.
+        let timeout_ms = u64::try_from(set.settings.request_timeout.as_millis()).unwrap_or(u64::MAX);
+        run_req.deadline_ms = Some(runner.now_ms().saturating_add(timeout_ms));
         let waited = AtomicU64::new(0);
         let out = ANONYMOUS
             .scope(
@@ -860,6 +864,7 @@ async fn run(
                 })?;
                 let profile = attempt.profile_id.as_deref().zip(attempt.profile.as_ref());
                 let called = Instant::now();
+                let deadline = upstream::deadline_of(run_req.deadline_ms, runner.now_ms());
                 let answer = upstream::call(CallInput {
                     client,
                     upstream: up,
@@ -875,6 +880,7 @@ async fn run(
                     metrics: &gw.metrics,
                     now_ms: runner.now_ms(),
                     buffers: &gw.buffers,
+                    deadline,
                 })
                 .await;
                 waited_us.fetch_add(called.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -894,10 +900,10 @@ async fn run(
                         )
                     }
                     Answer::Stream(started) => Done::Stream {
+                        total: upstream::total_by(up.timeouts.total, started.started, deadline),
                         started,
                         upstream: up_proto,
                         idle: up.timeouts.idle,
-                        total: up.timeouts.total,
                     },
                 })
             }

@@ -364,7 +364,12 @@ pub(crate) fn build(
             .with_state_health(stores.health.clone())
             // Issue 32: retry budgets and context windows per provider.
             .with_retries(
-                ups.providers.values().map(|u| (u.id.clone(), u.retries)),
+                // A candidate's retries end within its `totalMs` (issue 44).
+                ups.providers.values().map(|u| {
+                    let mut b = u.retries;
+                    b.within_ms = Some(u.timeouts.total.as_millis().try_into().unwrap_or(u64::MAX));
+                    (u.id.clone(), b)
+                }),
                 failover::retry::RetryCap::from_env(),
             )
             .with_context_windows(ups.providers.values().flat_map(|u| {

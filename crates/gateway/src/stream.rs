@@ -71,8 +71,9 @@ fn is_terminal(upstream: Protocol, e: &Event) -> bool {
     }
 }
 
-/// The client's error event for a message.
-pub(crate) fn client_error_event(client: Protocol, message: &str) -> Event {
+/// The client's error event for a message; `seq` is a Responses client's
+/// next `sequence_number` (one past the last it was sent, issue 44 item 9).
+pub(crate) fn client_error_event(client: Protocol, message: &str, seq: u64) -> Event {
     match client {
         Protocol::OpenAi => Event::data(
             json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}})
@@ -87,7 +88,7 @@ pub(crate) fn client_error_event(client: Protocol, message: &str) -> Event {
         Protocol::Responses | Protocol::Gemini | Protocol::Bedrock => Event::named(
             "error",
             &json!({"type": "error", "code": "server_error", "message": message, "param": null,
-                    "sequence_number": 0,
+                    "sequence_number": seq,
                     "error": {"type": "server_error", "code": "server_error", "message": message}}),
         ),
     }
@@ -295,6 +296,8 @@ pub(crate) struct Relay {
     /// sources already finished, and the largest running total of the
     /// current one.
     tokens: Tokens,
+    /// A Responses client's largest `sequence_number` sent so far.
+    last_seq: Option<u64>,
 }
 
 /// A stream's token usage as its events report it.
@@ -352,6 +355,7 @@ impl Relay {
             last_sent: Instant::now(),
             permit,
             tokens: Tokens::default(),
+            last_seq: None,
         }
     }
 
@@ -436,9 +440,14 @@ impl Relay {
         }
     }
 
+    /// The `sequence_number` of the next Responses event.
+    fn next_seq(&self) -> u64 {
+        self.last_seq.map_or(0, |n| n.saturating_add(1))
+    }
+
     fn error_event(&mut self, text: &str) -> Bytes {
         self.done = true;
-        Bytes::from(client_error_event(self.client, text).encode())
+        Bytes::from(client_error_event(self.client, text, self.next_seq()).encode())
     }
 
     /// Client events on their way out: through the splice of a
@@ -464,7 +473,8 @@ impl Relay {
                             self.src.body = Box::pin(futures_util::stream::empty());
                             let mut bytes = encode(&all);
                             let text = self.first_break.clone().unwrap_or_default();
-                            bytes.push_str(&client_error_event(self.client, &text).encode());
+                            let seq = self.next_seq();
+                            bytes.push_str(&client_error_event(self.client, &text, seq).encode());
                             self.done = true;
                             return Bytes::from(bytes);
                         }
@@ -476,6 +486,13 @@ impl Relay {
         if self.cont.is_some() {
             for e in &out {
                 self.ledger.observe(e);
+            }
+        }
+        if self.client == Protocol::Responses {
+            for e in &out {
+                if let Some(n) = sequence_number(&e.data) {
+                    self.last_seq = Some(self.last_seq.map_or(n, |m| m.max(n)));
+                }
             }
         }
         if self.permit.as_ref().is_some_and(|p| p.1.is_some()) {
@@ -635,6 +652,18 @@ impl Relay {
     }
 }
 
+/// A Responses event's `sequence_number`, read without parsing the event
+/// (a key can only appear unescaped as a key; text holding it is escaped).
+fn sequence_number(data: &str) -> Option<u64> {
+    const KEY: &str = "\"sequence_number\":";
+    let at = data.find(KEY)? + KEY.len();
+    let digits = data[at..].trim_start();
+    let end = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    digits[..end].parse().ok()
+}
+
 /// A keep-alive event (Anthropic's `ping`): like a comment, it does not
 /// count as the stream moving.
 fn is_ping(e: &Event) -> bool {
@@ -694,7 +723,7 @@ mod tests {
         assert!(is_error_event(&o));
         assert_eq!(error_event_status(&o), Some(502));
         assert!(!is_error_event(&Event::data(r#"{"choices":[]}"#)));
-        assert!(client_error_event(Protocol::Anthropic, "x")
+        assert!(client_error_event(Protocol::Anthropic, "x", 0)
             .encode()
             .starts_with("event: error\n"));
     }

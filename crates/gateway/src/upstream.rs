@@ -429,17 +429,44 @@ pub(crate) struct CallInput<'a> {
     pub now_ms: u64,
     /// The gateway-wide budget of buffered upstream bytes.
     pub buffers: &'a Buffers,
+    /// The request's deadline (`serve.requestTimeoutMs`): every deadline
+    /// of this call ends by it.
+    pub deadline: Option<tokio::time::Instant>,
+}
+
+/// An attempt's `totalMs` (from `started`), shortened to end by the
+/// request's deadline: what a stream's relay is given.
+pub(crate) fn total_by(
+    total: Duration,
+    started: Instant,
+    deadline: Option<tokio::time::Instant>,
+) -> Duration {
+    match deadline {
+        None => total,
+        Some(d) => {
+            total.min(started.elapsed() + d.saturating_duration_since(tokio::time::Instant::now()))
+        }
+    }
+}
+
+/// The request's deadline as a timer, from the run's `deadline_ms` and
+/// the runner's clock now.
+pub(crate) fn deadline_of(deadline_ms: Option<u64>, now_ms: u64) -> Option<tokio::time::Instant> {
+    deadline_ms
+        .map(|d| tokio::time::Instant::now() + Duration::from_millis(d.saturating_sub(now_ms)))
 }
 
 /// Makes the call. See the module documentation.
 pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
     let u = input.upstream;
     let started = Instant::now();
-    let total_deadline = tokio::time::Instant::now() + u.timeouts.total;
-    let first_deadline = tokio::time::Instant::now() + u.timeouts.first_byte.min(u.timeouts.total);
+    let by_request = |t: tokio::time::Instant| input.deadline.map_or(t, |d| t.min(d));
+    let total_deadline = by_request(tokio::time::Instant::now() + u.timeouts.total);
+    let first_deadline =
+        by_request(tokio::time::Instant::now() + u.timeouts.first_byte.min(u.timeouts.total));
     // From the request, like the first byte's (issue 32).
     let first_token_deadline =
-        tokio::time::Instant::now() + u.timeouts.first_token.min(u.timeouts.total);
+        by_request(tokio::time::Instant::now() + u.timeouts.first_token.min(u.timeouts.total));
     // An `aws` profile signs the request (SigV4) once its headers are set.
     let aws = match input.profile {
         Some((id, p)) if u.api == Api::BedrockConverseStream => aws_credentials(p, id)?,

@@ -24,6 +24,7 @@
 //!   maxBodyBytes: 16777216
 //!   maxConcurrentRequests: 1024
 //!   shutdownGraceMs: 10000
+//!   requestTimeoutMs: 600000                  # the whole chain of one request
 //! ```
 //!
 //! Secrets never live in the config (SPEC R5): a literal `apiKey` is
@@ -348,6 +349,15 @@ impl Upstream {
                 "converse"
             };
             let base = match region {
+                // Issue 44 item 12: a profile's region becomes the host;
+                // only a region name may (the provider's is checked when
+                // the config is read).
+                Some(r) if self.base_from_region && !is_region(r) => {
+                    return Err(format!(
+                        "the AWS region of the profile for `{}` is not a region name (like `us-east-1`); the call was not made",
+                        self.id
+                    ))
+                }
                 Some(r) if self.base_from_region => {
                     format!("https://bedrock-runtime.{r}.amazonaws.com")
                 }
@@ -477,6 +487,10 @@ pub struct ServeSettings {
     pub max_concurrent: usize,
     /// How long in-flight requests may finish after SIGTERM / Ctrl-C.
     pub shutdown_grace: Duration,
+    /// `serve.requestTimeoutMs`: the whole chain of one request — every
+    /// attempt, retry and wait, a stream's relay included — ends within it
+    /// (issue 44 item 7).
+    pub request_timeout: Duration,
     /// Upstream bodies held in memory at once, all requests together
     /// (whole answers being read or translated, error heads): a new
     /// answer that would go past it is refused with a clear error rather
@@ -494,11 +508,14 @@ impl ServeSettings {
     /// 1,024 requests at once is far past what one 2-core gateway answers
     /// while each holds at most one body in memory; 10 s lets a short
     /// answer finish; 256 MiB of upstream bodies is four answers at the
-    /// per-answer limit (64 MiB) or thousands of ordinary ones.
+    /// per-answer limit (64 MiB) or thousands of ordinary ones. A request
+    /// gets 10 minutes in all: the default `totalMs` of one attempt, so a
+    /// chain never takes longer than its slowest single answer could.
     pub const DEFAULT: ServeSettings = ServeSettings {
         max_body_bytes: 16 << 20,
         max_concurrent: 1024,
         shutdown_grace: Duration::from_secs(10),
+        request_timeout: Duration::from_secs(600),
         max_buffered_bytes: 256 << 20,
         client_auth: None,
         metrics_token: None,
@@ -714,6 +731,11 @@ pub(crate) fn parse(
                                 settings.shutdown_grace = d;
                             }
                         }
+                        "requestTimeoutMs" => {
+                            if let Some(d) = millis(v, &path, &mut problems) {
+                                settings.request_timeout = d;
+                            }
+                        }
                         "maxBufferedBytes" => match v.as_u64() {
                             Some(n) if n > 0 => {
                                 settings.max_buffered_bytes =
@@ -759,7 +781,7 @@ pub(crate) fn parse(
                         },
                         _ => problems.push(UpstreamProblem {
                             path,
-                            message: "unknown key: expected `maxBodyBytes`, `maxConcurrentRequests`, `maxBufferedBytes`, `shutdownGraceMs`, `clientAuth` or `metricsToken`".into(),
+                            message: "unknown key: expected `maxBodyBytes`, `maxConcurrentRequests`, `maxBufferedBytes`, `shutdownGraceMs`, `requestTimeoutMs`, `clientAuth` or `metricsToken`".into(),
                         }),
                     }
                 }
@@ -1303,6 +1325,19 @@ mod tests {
             b.uri_in("m", false, Some("us-west-2")).unwrap().to_string(),
             "https://bedrock-runtime.us-west-2.amazonaws.com/model/m/converse"
         );
+        // Issue 44 item 12: a profile's region that is not a region name
+        // never becomes a host (it would send the signed request there).
+        for bad in [
+            "x@127.0.0.1:9/#",
+            "us-east-1.evil.example",
+            "US-EAST-1",
+            "",
+            "a/b",
+        ] {
+            let e = b.uri_in("m", true, Some(bad)).unwrap_err();
+            assert!(e.contains("not a region name"), "{bad}: {e}");
+            assert!(bad.is_empty() || !e.contains(bad), "{e}");
+        }
         // A region on the provider, or in its host, wins over the
         // environment; an explicit host keeps its region.
         let explicit = text.replace(

@@ -1145,3 +1145,34 @@ async fn a_bedrock_upstream_signs_and_streams() {
     );
     chain.stop().await;
 }
+
+// Issue 44 item 9: a Responses client's stream that breaks (no
+// continuation for Responses clients) ends with an `error` event whose
+// `sequence_number` follows the events before it: every number increases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i44_9_the_responses_error_event_continues_the_sequence() {
+    let gw = Gw::start("resp-seq", Setup::default()).await;
+    let mut ev = openai_events(&["The quick", " brown"]);
+    ev.truncate(2);
+    gw.prim.push(Reply::Sse(ev, Tail::Cut));
+    let r = gw
+        .post(
+            "/v1/responses",
+            json!({"model": "prim/model-a", "input": "hi", "stream": true}),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let events = sse_data(&r.text);
+    let seqs: Vec<u64> = events
+        .iter()
+        .map(|e| e["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.len() > 2, "{}", r.text);
+    assert_eq!(events.last().unwrap()["type"], "error", "{}", r.text);
+    assert!(
+        seqs.windows(2).all(|w| w[1] > w[0]),
+        "sequence numbers do not increase: {seqs:?}"
+    );
+    gw.stop().await;
+}

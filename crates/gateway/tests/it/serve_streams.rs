@@ -1066,3 +1066,66 @@ async fn i44_10_cr_line_ends_from_upstreams() {
         gw.stop().await;
     }
 }
+
+// Issue 44 item 7: retries end within the candidate's `totalMs` (10 s
+// here): a `Retry-After: 12` is not waited for, three times over; the run
+// fails over at once (before: 36 s and four calls).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i44_7_retries_end_within_total_ms() {
+    let gw = Gw::start("retry-total", retrying(3)).await;
+    gw.prim.always(Reply::Http {
+        status: 429,
+        headers: vec![("retry-after".into(), "12".into())],
+        body: r#"{"error":{"message":"Rate limit reached","type":"requests"}}"#.into(),
+    });
+    gw.back.always(ok_openai("from back"));
+    let t = Instant::now();
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    let took = t.elapsed();
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "from back");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert_eq!((gw.prim.hits(), gw.back.hits()), (1, 1));
+    eprintln!("429 Retry-After 12 under totalMs 10 s: failed over after {took:?}");
+    gw.stop().await;
+}
+
+// Issue 44 item 7: `serve.requestTimeoutMs` bounds the whole chain: a
+// primary that would answer after 5 s is left when the request's 1.5 s
+// are up, and the fallback is not started past the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i44_7_request_timeout_bounds_the_chain() {
+    let gw = Gw::start(
+        "request-timeout",
+        Setup {
+            first_byte_ms: 8000,
+            extra: "serve:\n  requestTimeoutMs: 1500\n".into(),
+            ..Setup::default()
+        },
+    )
+    .await;
+    gw.prim.always(Reply::Slow(
+        Duration::from_secs(5),
+        Box::new(ok_openai("too late")),
+    ));
+    gw.back.always(ok_openai("from back"));
+    let t = Instant::now();
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    let took = t.elapsed();
+    assert!(r.status >= 500, "{} {}", r.status, r.text);
+    assert!(
+        took >= Duration::from_millis(1400) && took < Duration::from_millis(3000),
+        "{took:?}"
+    );
+    assert_eq!(
+        gw.back.hits(),
+        0,
+        "the fallback was started past the deadline"
+    );
+    assert!(r.text.contains("deadline"), "{}", r.text);
+    eprintln!(
+        "requestTimeoutMs 1500, a 5 s primary: {} after {took:?}",
+        r.status
+    );
+    gw.stop().await;
+}
