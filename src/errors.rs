@@ -20,7 +20,7 @@ pub use crate::auth::{PolicyError, RoutingError};
 pub use crate::classify::stream::StreamError;
 pub use crate::classify::RulesError;
 pub use crate::config::ConfigError;
-pub use crate::diag::{Code, Diagnostic, Diagnostics, Note, Severity};
+pub use crate::diag::{did_you_mean, Code, Diagnostic, Diagnostics, Note, Severity};
 pub use crate::policy::ModelRefError;
 pub use crate::run::{AttemptError, RunError};
 pub use crate::source::{FileId, SourceFile, SourceMap, Span};

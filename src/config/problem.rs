@@ -75,7 +75,7 @@ impl ConfigProblem {
         }
         let secret = keys.last().is_some_and(|k| {
             let k = k.to_ascii_lowercase();
-            ["key", "token", "secret", "password"]
+            ["key", "token", "secret", "password", "authorization"]
                 .iter()
                 .any(|w| k.contains(w))
         });

@@ -61,10 +61,27 @@ pub fn check_config(path: &Path) -> ConfigCheck {
         Ok((_, serve)) => notes.push(("clientAuth".to_string(), client_auth_note(&serve))),
         Err(ps) => theirs.extend(ps),
     }
-    if let Err(ps) = upstreams::classify_settings(&text) {
-        theirs.extend(ps);
+    match upstreams::classify_settings(&text) {
+        // Issue 44 item 14: the model file `serve` would load, loaded
+        // (a damaged, missing or unreadable one fails here, not at start).
+        Ok(cs) => {
+            if let upstreams::ModelSetting::Path(p) = &cs.model {
+                let file = match path.parent() {
+                    Some(dir) if p.is_relative() => dir.join(p),
+                    _ => p.clone(),
+                };
+                if let Err(e) = failover::evidence::read_file(&file) {
+                    theirs.push(UpstreamProblem {
+                        path: "classify.model".into(),
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        Err(ps) => theirs.extend(ps),
     }
     let mut added: Vec<ConfigProblem> = theirs.iter().map(|p| to_problem(p, &providers)).collect();
+    added.extend(unknown_provider_keys(&text));
     place_problems(&text, &mut added);
     problems.extend(added);
     problems.sort_by_key(|p| (p.line.unwrap_or(0), p.column.unwrap_or(0)));
@@ -88,6 +105,63 @@ fn client_auth_note(serve: &upstreams::ServeSettings) -> String {
         }
         None => "not written: required when serve listens off loopback or once `failover keys create` has made a key; off otherwise".into(),
     }
+}
+
+/// Issue 44 item 15: a key under `models.providers.<id>` the gateway does
+/// not read (`timeout:` for `timeouts:`, `apiKye`) is a warning with a
+/// near miss; one holding a literal credential is an error already
+/// (`upstreams::parse`), not repeated here.
+fn unknown_provider_keys(text: &str) -> Vec<ConfigProblem> {
+    let Ok(root) = serde_yaml::from_str::<serde_yaml::Value>(text) else {
+        return Vec::new();
+    };
+    let Some(providers) = root
+        .get("models")
+        .and_then(|m| m.get("providers"))
+        .and_then(serde_yaml::Value::as_mapping)
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (id, block) in providers {
+        let (Some(id), Some(block)) = (id.as_str(), block.as_mapping()) else {
+            continue;
+        };
+        for (k, v) in block {
+            let Some(name) = k.as_str() else { continue };
+            if upstreams::PROVIDER_KEYS.contains(&name) || upstreams::literal_secret(name, v) {
+                continue;
+            }
+            let help =
+                failover::errors::did_you_mean(name, upstreams::PROVIDER_KEYS.iter().copied())
+                    .map(|m| format!("did you mean `{m}`?"))
+                    .unwrap_or_else(|| {
+                        format!("known keys here: {}", upstreams::PROVIDER_KEYS.join(", "))
+                    });
+            out.push(ConfigProblem::at_keys(
+                Code::W003,
+                &["models", "providers", id, name],
+                "unknown key, ignored".into(),
+                Some(help),
+            ));
+        }
+    }
+    out
+}
+
+/// The gateway readers' problems rendered as `check --config` renders
+/// them — placed at their lines, key-shaped text masked — so that `serve`
+/// never prints what `check` masks (issue 44 item 13).
+pub(crate) fn render_upstream_problems(
+    name: &str,
+    text: &str,
+    problems: &[UpstreamProblem],
+) -> String {
+    let providers = provider_ids(text);
+    let mut added: Vec<ConfigProblem> =
+        problems.iter().map(|p| to_problem(p, &providers)).collect();
+    place_problems(text, &mut added);
+    failover::render_problems(&added, name, text)
 }
 
 /// The keys of `models.providers` (a provider id may hold dots).

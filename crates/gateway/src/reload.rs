@@ -289,24 +289,25 @@ pub(crate) fn build(
         tracing::warn!(target: "failover::serve", warning = %w.render(&loaded.name, &loaded.text), "config warning");
     }
     let env = |name: &str| std::env::var(name).ok();
-    let (ups, settings) = upstreams::parse(&loaded.text, &env).map_err(|problems| {
-        let mut out = String::new();
-        for p in problems {
-            out.push_str(&format!("error: {p}\n --> {}\n", loaded.name));
-        }
-        Error::invalid(out)
-    })?;
+    // Rendered as `check --config` renders them (masked the same way).
+    let render = |problems: &[upstreams::UpstreamProblem]| {
+        Error::invalid(crate::check::render_upstream_problems(
+            &loaded.name,
+            &loaded.text,
+            problems,
+        ))
+    };
+    let (ups, settings) = upstreams::parse(&loaded.text, &env).map_err(|p| render(&p))?;
     let build = failover::rules::build(&sources.rules, !sources.no_defaults)
         .map_err(|e| Error::invalid(format!("error: {e}")))?;
     let engine = Engine::from_build(build).map_err(|d| Error::invalid(d.render()))?;
-    let classify = upstreams::classify_settings(&loaded.text).map_err(|problems| {
-        let mut out = String::new();
-        for p in problems {
-            out.push_str(&format!("error: {p}\n --> {}\n", loaded.name));
-        }
-        Error::invalid(out)
+    let classify = upstreams::classify_settings(&loaded.text).map_err(|p| render(&p))?;
+    let (engine, model_bytes) = with_model(engine, sources, &classify).map_err(|e| match e {
+        ModelFileFailed(message) => render(&[upstreams::UpstreamProblem {
+            path: "classify.model".into(),
+            message,
+        }]),
     })?;
-    let (engine, model_bytes) = with_model(engine, sources, &classify)?;
     let engine = Arc::new(engine);
     let config = Arc::new(loaded.config);
 
@@ -460,11 +461,14 @@ fn model_path(sources: &Sources, classify: &upstreams::ClassifySettings) -> Opti
 /// Attaches the evidence model the flags and the config choose; a model
 /// file that cannot be used refuses the set (so a reload keeps the running
 /// one). Returns the file's bytes for the set's hash.
+/// A model file that cannot be used (its message names the file).
+struct ModelFileFailed(String);
+
 fn with_model(
     engine: Engine,
     sources: &Sources,
     classify: &upstreams::ClassifySettings,
-) -> Result<(Engine, Vec<u8>), Error> {
+) -> Result<(Engine, Vec<u8>), ModelFileFailed> {
     let threshold = sources
         .model
         .min_confidence
@@ -474,8 +478,8 @@ fn with_model(
         return Ok((engine, Vec::new()));
     }
     if let Some(path) = model_path(sources, classify) {
-        let model = failover::evidence::read_file(&path)
-            .map_err(|e| Error::invalid(format!("error: classify.model: {e}\n")))?;
+        let model =
+            failover::evidence::read_file(&path).map_err(|e| ModelFileFailed(e.to_string()))?;
         let bytes = model.to_bytes();
         return Ok((engine.with_model(Arc::new(model), threshold), bytes));
     }

@@ -800,6 +800,75 @@ pub(crate) fn parse(
     }
 }
 
+/// The keys a provider's block may have (`models.providers.<id>`): every
+/// other is ignored, warned about by `check --config` (issue 44 item 15).
+pub(crate) const PROVIDER_KEYS: &[&str] = &[
+    "baseUrl",
+    "api",
+    "apiKey",
+    "auth",
+    "apiVersion",
+    "region",
+    "timeouts",
+    "retries",
+    "models",
+];
+
+/// A credential written literally where the gateway does not read it: a
+/// secret-named key (`api_key`, `token`, …) or a credential header under
+/// `headers` (issue 44 item 15). The message never holds the value.
+fn literal_secret_at(name: &str, v: &Value) -> Option<(String, String)> {
+    let literal = |v: &Value| {
+        v.as_str()
+            .map(str::trim)
+            .is_some_and(|s| !s.is_empty() && env_reference(s).is_none())
+    };
+    let lower = name.to_ascii_lowercase().replace(['_', '-'], "");
+    let secret_named = [
+        "key",
+        "token",
+        "secret",
+        "password",
+        "authorization",
+        "bearer",
+    ]
+    .iter()
+    .any(|w| lower.contains(w));
+    if secret_named && literal(v) {
+        return Some((
+            name.to_string(),
+            format!("a literal API key is refused; `{name}` is not read by the gateway: write `apiKey: \"${{ENV_VAR}}\"` (secrets never live in the config, SPEC R5)"),
+        ));
+    }
+    if lower == "headers" {
+        for (hk, hv) in v.as_mapping()? {
+            let Some(h) = hk.as_str() else { continue };
+            let hl = h.to_ascii_lowercase();
+            let credential = matches!(
+                hl.as_str(),
+                "authorization"
+                    | "proxy-authorization"
+                    | "x-api-key"
+                    | "api-key"
+                    | "x-goog-api-key"
+            ) || hl.contains("token")
+                || hl.contains("secret");
+            if credential && literal(hv) {
+                return Some((
+                    format!("{name}.{h}"),
+                    format!("a literal API key is refused; `{name}` is not read by the gateway, and a credential header never lives in the config: write `apiKey: \"${{ENV_VAR}}\"` (SPEC R5)"),
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// Whether `name: v` under a provider is a literal credential (refused).
+pub(crate) fn literal_secret(name: &str, v: &Value) -> bool {
+    literal_secret_at(name, v).is_some()
+}
+
 fn provider(
     id: &str,
     v: &Value,
@@ -814,6 +883,18 @@ fn provider(
         });
         return None;
     };
+    for (k, v) in map {
+        let Some(name) = k.as_str() else { continue };
+        if PROVIDER_KEYS.contains(&name) {
+            continue;
+        }
+        if let Some((at, message)) = literal_secret_at(name, v) {
+            problems.push(UpstreamProblem {
+                path: format!("{path}.{at}"),
+                message,
+            });
+        }
+    }
     let mut bad = |key: &str, message: String| {
         problems.push(UpstreamProblem {
             path: format!("{path}.{key}"),

@@ -17,6 +17,7 @@ mod chain;
 mod check_cli;
 mod classify_cli;
 mod cli_pipes;
+mod config_bounds;
 mod config_secrets;
 mod fmt;
 mod keys_cli;
