@@ -53,6 +53,12 @@ pub(crate) struct Ledger {
     /// Anthropic: the open block (index, is text) and the next index.
     open: Option<(u64, bool)>,
     next_index: u64,
+    /// The most text kept for a continuation (`serve.continuation.maxBytes`,
+    /// issue 44 item 1); past it the answer is not continuable and the
+    /// text is let go.
+    max_bytes: usize,
+    /// The text went past `max_bytes`.
+    over: bool,
 }
 
 impl Ledger {
@@ -66,16 +72,39 @@ impl Ledger {
             created: None,
             open: None,
             next_index: 0,
+            max_bytes: usize::MAX,
+            over: false,
+        }
+    }
+
+    /// The same, keeping at most `max_bytes` of text.
+    pub(crate) fn bounded(client: Protocol, max_bytes: usize) -> Self {
+        Ledger {
+            max_bytes,
+            ..Ledger::new(client)
         }
     }
 
     /// Whether the answer can be continued by another candidate.
     pub(crate) fn continuable(&self) -> bool {
-        self.only_text && !self.finished
+        self.only_text && !self.finished && !self.over
+    }
+
+    /// Whether the delivered text went past the continuation budget.
+    pub(crate) fn over_budget(&self) -> bool {
+        self.over
     }
 
     /// Reads one event sent to the client.
     pub(crate) fn observe(&mut self, e: &Event) {
+        self.observe_event(e);
+        if self.text.len() > self.max_bytes {
+            self.over = true;
+            self.text = String::new();
+        }
+    }
+
+    fn observe_event(&mut self, e: &Event) {
         let Ok(v) = serde_json::from_str::<Value>(&e.data) else {
             return;
         };
@@ -200,6 +229,32 @@ pub(crate) struct Splice {
     text_block: Option<u64>,
 }
 
+/// How far a continuation's first text repeats the prefill.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Echo {
+    /// All of it so far is the prefill's beginning: it may yet be all.
+    Partial,
+    /// It starts with the whole prefill, in its first `n` bytes.
+    Whole(usize),
+    /// It differs.
+    No,
+}
+
+/// Whether `held` repeats `prefill`, letter case aside (a model that
+/// starts over often changes the first letter's case).
+fn echo(held: &str, prefill: &str) -> Echo {
+    let mut h = held.char_indices();
+    for pc in prefill.chars() {
+        let Some((_, hc)) = h.next() else {
+            return Echo::Partial;
+        };
+        if hc != pc && !hc.to_lowercase().eq(pc.to_lowercase()) {
+            return Echo::No;
+        }
+    }
+    Echo::Whole(h.next().map_or(held.len(), |(i, _)| i))
+}
+
 /// `D` split for a prefill: `D` without trailing whitespace.
 pub(crate) fn prefill_text(delivered: &str) -> &str {
     delivered.trim_end()
@@ -260,8 +315,9 @@ impl Splice {
             Mode::Prefill => {
                 self.held.push_str(t);
                 let p = &self.delivered[..self.prefill_len];
-                // It could still be an echo of the prefill: wait.
-                if p.len() >= MIN_ECHO && self.held.len() < p.len() && p.starts_with(&self.held) {
+                // It could still be an echo of the prefill (a candidate
+                // that ignored it and started over, in any case): wait.
+                if p.len() >= MIN_ECHO && echo(&self.held, p) == Echo::Partial {
                     return Ok(String::new());
                 }
                 // Only whitespace so far: wait for the first word.
@@ -279,9 +335,13 @@ impl Splice {
         self.aligned = true;
         let mut held = std::mem::take(&mut self.held);
         let p = &self.delivered[..self.prefill_len];
-        if p.len() >= MIN_ECHO && held.starts_with(p) {
-            held.drain(..p.len());
-            return held;
+        if p.len() >= MIN_ECHO {
+            if let Echo::Whole(n) = echo(&held, p) {
+                // Issue 44 item 8: the delivered text again (`The` or
+                // `the`): dropped, so the client never reads it twice.
+                held.drain(..n);
+                return held;
+            }
         }
         let ws = &self.delivered[self.prefill_len..];
         if !ws.is_empty() {
@@ -522,6 +582,21 @@ mod tests {
         l
     }
 
+    // Issue 44 item 1: the delivered text is kept up to the budget; past
+    // it, the answer is not continuable and the text is let go.
+    #[test]
+    fn i44_1_the_ledger_keeps_at_most_its_budget() {
+        let mut l = Ledger::bounded(Protocol::OpenAi, 10);
+        let chunk = |t: &str| {
+            Event::data(json!({"choices": [{"index": 0, "delta": {"content": t}}]}).to_string())
+        };
+        l.observe(&chunk("0123456789"));
+        assert!(l.continuable() && l.text.len() == 10);
+        l.observe(&chunk("a"));
+        assert!(!l.continuable() && l.over_budget());
+        assert_eq!(l.text.capacity(), 0, "the text was let go");
+    }
+
     /// The text the client receives from a continuation's events.
     fn run(s: &mut Splice, events: Vec<Event>) -> Result<String, Mismatch> {
         let mut text = String::new();
@@ -590,6 +665,33 @@ mod tests {
             run(&mut s, vec![oa("The ans"), oa("wer is 42"), oa_finish()]).unwrap(),
             " 42"
         );
+        // Issue 44 item 8: a candidate that ignored the prefill and
+        // started over, its first letter in another case, is not repeated.
+        let l = ledger_with("The quick brown fox");
+        let mut s = Splice::new(Protocol::OpenAi, Mode::Prefill, &l);
+        assert_eq!(
+            run(
+                &mut s,
+                vec![oa("the quick "), oa("brown fox"), oa(" jumps"), oa_finish()]
+            )
+            .unwrap(),
+            " jumps"
+        );
+        let mut s = Splice::new(Protocol::OpenAi, Mode::Prefill, &l);
+        assert_eq!(
+            run(&mut s, vec![oa("THE QUICK BROWN FOX jumps"), oa_finish()]).unwrap(),
+            " jumps"
+        );
+        // A different text is forwarded as it is.
+        let mut s = Splice::new(Protocol::OpenAi, Mode::Prefill, &l);
+        assert_eq!(
+            run(&mut s, vec![oa("the quick red"), oa_finish()]).unwrap(),
+            "the quick red"
+        );
+        assert_eq!(echo("Ab", "abc"), Echo::Partial);
+        assert_eq!(echo("ABCd", "abc"), Echo::Whole(3));
+        assert_eq!(echo("abd", "abc"), Echo::No);
+        assert_eq!(echo("ÉCOLE x", "école"), Echo::Whole("ÉCOLE".len()));
         // Held whitespace is flushed by the finish.
         let mut s = Splice::new(Protocol::OpenAi, Mode::Prefill, &ledger_with("Hi"));
         assert_eq!(run(&mut s, vec![oa("\n"), oa_finish()]).unwrap(), "\n");

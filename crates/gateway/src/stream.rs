@@ -298,6 +298,10 @@ pub(crate) struct Relay {
     tokens: Tokens,
     /// A Responses client's largest `sequence_number` sent so far.
     last_seq: Option<u64>,
+    /// Issue 44 item 8: the `failover` object the first event of a
+    /// continuation carries, so that a client (its SDK keeps unknown
+    /// fields) can tell a continued answer; the SSE comment says it too.
+    continued: Option<serde_json::Value>,
 }
 
 /// A stream's token usage as its events report it.
@@ -343,19 +347,24 @@ impl Relay {
         cont: Option<Box<Continuer>>,
         permit: Option<super::Permits>,
     ) -> Self {
+        // Issue 44 item 1: the continuation ledger's budget.
+        let budget = cont
+            .as_ref()
+            .map_or(0, |c| c.set.settings.continuation_max_bytes);
         Relay {
             src,
             client,
             done: false,
             recorder,
             cont,
-            ledger: Ledger::new(client),
+            ledger: Ledger::bounded(client, budget),
             splice: None,
             first_break: None,
             last_sent: Instant::now(),
             permit,
             tokens: Tokens::default(),
             last_seq: None,
+            continued: None,
         }
     }
 
@@ -376,9 +385,12 @@ impl Relay {
             return self.error_event(&first);
         };
         if !self.ledger.continuable() {
-            self.recorder
-                .metrics
-                .continuation("none", "not_continuable");
+            let why = if self.ledger.over_budget() {
+                "over_budget"
+            } else {
+                "not_continuable"
+            };
+            self.recorder.metrics.continuation("none", why);
             return self.error_event(&first);
         }
         let broken = format!("{}/{}", self.recorder.provider, self.recorder.model);
@@ -411,6 +423,10 @@ impl Relay {
                 comment.push('\n');
                 self.splice = Some(Splice::new(self.client, c.mode, &self.ledger));
                 self.tokens.next_source();
+                self.continued = Some(json!({"continued": {
+                    "from": broken, "by": by, "mode": c.mode.name(),
+                    "deliveredBytes": self.ledger.text.len(),
+                }}));
                 self.src = Source::new(
                     c.started,
                     c.upstream,
@@ -483,7 +499,13 @@ impl Relay {
                 all
             }
         };
-        if self.cont.is_some() {
+        let mut out = out;
+        if let Some(first) = out.first_mut() {
+            if let Some(note) = self.continued.take() {
+                mark_continued(first, note);
+            }
+        }
+        if self.cont.is_some() && self.ledger.continuable() {
             for e in &out {
                 self.ledger.observe(e);
             }
@@ -649,6 +671,15 @@ impl Relay {
         futures_util::stream::unfold(self, |mut r| async move {
             r.next_chunk().await.map(|b| (Ok(b), r))
         })
+    }
+}
+
+/// Adds the `failover` object to a client event that is a JSON object
+/// (anything else is left as it is).
+fn mark_continued(e: &mut Event, note: serde_json::Value) {
+    if let Ok(serde_json::Value::Object(mut v)) = serde_json::from_str(&e.data) {
+        v.insert("failover".into(), note);
+        e.data = serde_json::Value::Object(v).to_string();
     }
 }
 

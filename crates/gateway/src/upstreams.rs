@@ -25,6 +25,7 @@
 //!   maxConcurrentRequests: 1024
 //!   shutdownGraceMs: 10000
 //!   requestTimeoutMs: 600000                  # the whole chain of one request
+//!   continuation: { maxBytes: 1048576 }       # text kept to continue a broken stream
 //! ```
 //!
 //! Secrets never live in the config (SPEC R5): a literal `apiKey` is
@@ -487,6 +488,10 @@ pub struct ServeSettings {
     pub max_concurrent: usize,
     /// How long in-flight requests may finish after SIGTERM / Ctrl-C.
     pub shutdown_grace: Duration,
+    /// `serve.continuation.maxBytes`: the most text of a stream kept so
+    /// that another candidate can continue it after a break (issue 44
+    /// item 1); a longer answer is relayed whole but not continued.
+    pub continuation_max_bytes: usize,
     /// `serve.requestTimeoutMs`: the whole chain of one request — every
     /// attempt, retry and wait, a stream's relay included — ends within it
     /// (issue 44 item 7).
@@ -510,12 +515,16 @@ impl ServeSettings {
     /// answer finish; 256 MiB of upstream bodies is four answers at the
     /// per-answer limit (64 MiB) or thousands of ordinary ones. A request
     /// gets 10 minutes in all: the default `totalMs` of one attempt, so a
-    /// chain never takes longer than its slowest single answer could.
+    /// chain never takes longer than its slowest single answer could. A
+    /// stream is continuable for its first MiB of text (some 250,000
+    /// tokens, past the longest outputs models give), which also bounds
+    /// the prefill a continuation sends.
     pub const DEFAULT: ServeSettings = ServeSettings {
         max_body_bytes: 16 << 20,
         max_concurrent: 1024,
         shutdown_grace: Duration::from_secs(10),
         request_timeout: Duration::from_secs(600),
+        continuation_max_bytes: 1 << 20,
         max_buffered_bytes: 256 << 20,
         client_auth: None,
         metrics_token: None,
@@ -731,6 +740,16 @@ pub(crate) fn parse(
                                 settings.shutdown_grace = d;
                             }
                         }
+                        "continuation" => match v.get("maxBytes").and_then(Value::as_u64) {
+                            Some(n) if v.as_mapping().is_some_and(|m| m.len() == 1) => {
+                                settings.continuation_max_bytes =
+                                    usize::try_from(n).unwrap_or(usize::MAX)
+                            }
+                            _ => problems.push(UpstreamProblem {
+                                path,
+                                message: "expected `{ maxBytes: N }` (bytes of text; 0: never continue)".into(),
+                            }),
+                        },
                         "requestTimeoutMs" => {
                             if let Some(d) = millis(v, &path, &mut problems) {
                                 settings.request_timeout = d;
@@ -781,7 +800,7 @@ pub(crate) fn parse(
                         },
                         _ => problems.push(UpstreamProblem {
                             path,
-                            message: "unknown key: expected `maxBodyBytes`, `maxConcurrentRequests`, `maxBufferedBytes`, `shutdownGraceMs`, `requestTimeoutMs`, `clientAuth` or `metricsToken`".into(),
+                            message: "unknown key: expected `maxBodyBytes`, `maxConcurrentRequests`, `maxBufferedBytes`, `shutdownGraceMs`, `requestTimeoutMs`, `continuation`, `clientAuth` or `metricsToken`".into(),
                         }),
                     }
                 }

@@ -1129,3 +1129,75 @@ async fn i44_7_request_timeout_bounds_the_chain() {
     );
     gw.stop().await;
 }
+
+// Issue 44 item 8: a fallback that ignores the prefill and starts its
+// answer over — its first letter in another case — is not repeated: the
+// client reads the answer once, and its first continued event carries a
+// `failover.continued` object (the SDKs keep unknown fields) naming the
+// candidates and the mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i44_8_a_restarted_answer_is_not_repeated_and_is_marked() {
+    let gw = Gw::start(
+        "cont-restart-echo",
+        Setup {
+            prim_api: "anthropic-messages",
+            back_api: "anthropic-messages",
+            ..Setup::default()
+        },
+    )
+    .await;
+    gw.prim
+        .push(Reply::Sse(an_full(&ANSWER[..5])[..7].to_vec(), Tail::Cut));
+    // Ignores the prefill "The quick brown fox jumps": starts over.
+    let mut again: Vec<&str> = vec!["the", " quick"];
+    again.extend(&ANSWER[2..]);
+    gw.back.push(Reply::Sse(an_full(&again), Tail::End));
+    let mut body = msg("prim/model-a");
+    body["stream"] = json!(true);
+    let r = gw.anthropic(body, None).await;
+    no_error(&r.text);
+    assert_eq!(anthropic_text(&r.text), whole(), "{}", r.text);
+    let marked: Vec<Value> = datas(&r.text)
+        .iter()
+        .filter_map(|x| serde_json::from_str::<Value>(x).ok())
+        .filter(|v| v.get("failover").is_some())
+        .collect();
+    assert_eq!(marked.len(), 1, "{}", r.text);
+    let c = &marked[0]["failover"]["continued"];
+    assert_eq!(c["from"], "prim/model-a");
+    assert_eq!(c["by"], "back/model-b");
+    assert_eq!(c["mode"], "prefill");
+    gw.stop().await;
+}
+
+// Issue 44 item 1: past `serve.continuation.maxBytes` of text a stream is
+// relayed but no longer continuable: a cut then ends it with the error
+// event, and nothing (no prefill of the whole text) is sent to another
+// upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i44_1_a_stream_past_its_continuation_budget_is_not_continued() {
+    let gw = Gw::start(
+        "cont-budget",
+        Setup {
+            prim_api: "anthropic-messages",
+            back_api: "anthropic-messages",
+            extra: "serve:\n  continuation: { maxBytes: 16 }\n".into(),
+            ..Setup::default()
+        },
+    )
+    .await;
+    gw.prim
+        .push(Reply::Sse(an_full(&ANSWER[..5])[..7].to_vec(), Tail::Cut));
+    gw.back.push(Reply::Sse(an_full(&ANSWER[5..]), Tail::End));
+    let mut body = msg("prim/model-a");
+    body["stream"] = json!(true);
+    let r = gw.anthropic(body, None).await;
+    assert!(r.text.contains("event: error"), "{}", r.text);
+    assert_eq!(gw.back.hits(), 0, "a continuation was asked for");
+    let m = metrics(&gw).await;
+    assert!(
+        m.contains(r#"failover_continuations_total{mode="none",outcome="over_budget"} 1"#),
+        "{m}"
+    );
+    gw.stop().await;
+}
