@@ -228,6 +228,8 @@ pub(crate) struct Source {
     /// The upstream was asked for a usage chunk.
     usage_asked: bool,
     client_wants_usage: bool,
+    /// The credentials the call sent (masked in the client's events).
+    secrets: Vec<String>,
 }
 
 impl Source {
@@ -240,6 +242,7 @@ impl Source {
         total: Duration,
     ) -> Self {
         Source {
+            secrets: s.secrets,
             body: s.body,
             parser: s.parser,
             pending: s.first.into(),
@@ -500,6 +503,14 @@ impl Relay {
             }
         };
         let mut out = out;
+        // Issue 44 item 17: a whole copy of the credential sent.
+        if !self.src.secrets.is_empty() {
+            for e in &mut out {
+                if let Some(m) = super::upstream::mask_sent(e.data.as_bytes(), &self.src.secrets) {
+                    e.data = String::from_utf8_lossy(&m).into_owned();
+                }
+            }
+        }
         if let Some(first) = out.first_mut() {
             if let Some(note) = self.continued.take() {
                 mark_continued(first, note);

@@ -194,6 +194,65 @@ pub(crate) struct Started {
     pub parser: super::sse::Framing,
     pub first: Vec<Event>,
     pub started: Instant,
+    /// The credentials this call sent: an exact copy of one in the
+    /// answer is masked (issue 44 item 17, [`mask_sent`]).
+    pub secrets: Vec<String>,
+}
+
+/// The credential values a call with `profile` sends (a key, a token, an
+/// AWS secret key and session token; never an access key id, which names
+/// a key). Shorter than 8 bytes: left out, as words, not keys.
+fn sent_secrets(profile: Option<(&str, &Profile)>) -> Vec<String> {
+    let Some((_, p)) = profile else {
+        return Vec::new();
+    };
+    let list = match &p.credential {
+        Credential::ApiKey { key, .. } => vec![key.as_ref()],
+        Credential::OAuth { access, .. } => vec![access.as_ref()],
+        Credential::Token { token, .. } => vec![token.as_ref()],
+        Credential::Aws {
+            secret_access_key,
+            session_token,
+            ..
+        } => vec![secret_access_key.as_ref(), session_token.as_ref()],
+    };
+    list.into_iter()
+        .flatten()
+        .map(|s| s.expose().trim().to_string())
+        .filter(|s| s.len() >= 8)
+        .collect()
+}
+
+/// Issue 44 item 17: an answer's text is the provider's, but a whole,
+/// exact copy of the credential the gateway sent it (as written, or with
+/// JSON's `\/` for `/`) is replaced by `<redacted>` before the client
+/// reads it: a provider that echoes the key (a debugging proxy, a model
+/// shown its own request) never hands it on. One `memmem` per secret; a
+/// key split across two stream events is not seen (documented).
+pub(crate) fn mask_sent(text: &[u8], secrets: &[String]) -> Option<Vec<u8>> {
+    let mut out: Option<Vec<u8>> = None;
+    for s in secrets {
+        let escaped = s.contains('/').then(|| s.replace('/', "\\/"));
+        for form in std::iter::once(s.as_str()).chain(escaped.as_deref()) {
+            let cur = out.as_deref().unwrap_or(text);
+            if memchr::memmem::find(cur, form.as_bytes()).is_none() {
+                continue;
+            }
+            let mut next = Vec::with_capacity(cur.len());
+            let mut last = 0;
+            for at in memchr::memmem::find_iter(cur, form.as_bytes()) {
+                if at < last {
+                    continue;
+                }
+                next.extend_from_slice(&cur[last..at]);
+                next.extend_from_slice(b"<redacted>");
+                last = at + form.len();
+            }
+            next.extend_from_slice(&cur[last..]);
+            out = Some(next);
+        }
+    }
+    out
 }
 
 pub(crate) fn protocol_of(api: Api) -> Protocol {
@@ -678,6 +737,7 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
                     parser,
                     first,
                     started,
+                    secrets: sent_secrets(input.profile),
                 }));
             }
         }
@@ -720,7 +780,11 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
         Ok(Ok((b, Cut::Whole))) => b,
     };
     match shape(&bytes) {
-        Shape::Answer => Ok(Answer::Whole(Bytes::from(bytes), held)),
+        Shape::Answer => {
+            let secrets = sent_secrets(input.profile);
+            let bytes = mask_sent(&bytes, &secrets).unwrap_or(bytes);
+            Ok(Answer::Whole(Bytes::from(bytes), held))
+        }
         // An error object under a 2xx (providers and proxies do send
         // them): a failure like any other, classified from its body.
         Shape::Error => Err(AttemptError::Provider(ProviderFailure::from_http(
@@ -789,6 +853,24 @@ fn shape(bytes: &[u8]) -> Shape {
 
 #[cfg(test)]
 mod tests {
+    // Issue 44 item 17: every whole copy, as written or JSON-escaped;
+    // nothing else is touched.
+    #[test]
+    fn i44_17_sent_secrets_are_masked_as_written_and_escaped() {
+        let secrets = vec![
+            "wJalrXUtnFEMI/K7MDENG".to_string(),
+            "sk-abc-12345678".to_string(),
+        ];
+        let text = br#"{"a":"wJalrXUtnFEMI/K7MDENG and wJalrXUtnFEMI\/K7MDENG","b":"sk-abc-12345678sk-abc-12345678"}"#;
+        let out = super::mask_sent(text, &secrets).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"a":"<redacted> and <redacted>","b":"<redacted><redacted>"}"#
+        );
+        assert_eq!(super::mask_sent(b"nothing here", &secrets), None);
+        assert_eq!(super::mask_sent(b"sk-abc-1234567", &secrets), None);
+    }
+
     #[test]
     fn whole_answers_must_be_one_json_object() {
         use super::{shape, Shape};

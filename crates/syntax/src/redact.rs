@@ -579,6 +579,22 @@ impl Redactor {
             }
             r.secrets += 1;
             r.add(s.as_bytes());
+            // Hex (issue 44 item 11; either case: the windows are
+            // lower-cased).
+            let hexed: String = s.bytes().map(|b| format!("{b:02x}")).collect();
+            r.add(hexed.as_bytes());
+            // Base64 of the padded base64 (a header encoded twice).
+            let once = base64_padded(s.as_bytes());
+            for align in 0..3 {
+                let mut bytes = vec![0u8; align];
+                bytes.extend_from_slice(once.as_bytes());
+                let enc = base64(&bytes, false);
+                let from = (8 * align).div_ceil(6);
+                let to = (8 * bytes.len()) / 6;
+                if to > from && to - from >= MIN_SECRET_PIECE {
+                    r.add(&enc.as_bytes()[from..to]);
+                }
+            }
             // Base64 at each alignment: the characters that depend on the
             // secret's bytes alone.
             for align in 0..3 {
@@ -757,15 +773,67 @@ fn base64(bytes: &[u8], url: bool) -> String {
     out
 }
 
+/// Standard base64 with `=` padding, as a header or a file holds it.
+fn base64_padded(bytes: &[u8]) -> String {
+    let mut out = base64(bytes, false);
+    while out.len() % 4 != 0 {
+        out.push('=');
+    }
+    out
+}
+
+/// The character an HTML named reference stands for, of those a key's
+/// characters can be written as (`&sol;` for `/`, …).
+fn named_reference(name: &[u8]) -> Option<char> {
+    Some(match name {
+        b"sol" => '/',
+        b"bsol" => '\\',
+        b"plus" => '+',
+        b"equals" => '=',
+        b"lowbar" | b"UnderBar" => '_',
+        b"period" => '.',
+        b"colon" => ':',
+        b"semi" => ';',
+        b"comma" => ',',
+        b"excl" => '!',
+        b"num" => '#',
+        b"dollar" => '$',
+        b"percnt" => '%',
+        b"ast" | b"midast" => '*',
+        b"quest" => '?',
+        b"commat" => '@',
+        b"Hat" => '^',
+        b"grave" | b"DiacriticalGrave" => '`',
+        b"verbar" | b"vert" | b"VerticalLine" => '|',
+        b"tilde" => '~',
+        b"lpar" => '(',
+        b"rpar" => ')',
+        b"lsqb" | b"lbrack" => '[',
+        b"rsqb" | b"rbrack" => ']',
+        b"lcub" | b"lbrace" => '{',
+        b"rcub" | b"rbrace" => '}',
+        b"amp" | b"AMP" => '&',
+        b"lt" | b"LT" => '<',
+        b"gt" | b"GT" => '>',
+        b"quot" | b"QUOT" => '"',
+        b"apos" => '\'',
+        b"hyphen" | b"dash" => '-',
+        _ => return None,
+    })
+}
+
 fn hex(b: u8) -> Option<u32> {
     (b as char).to_digit(16)
 }
 
-/// One layer of decoding of `view`: JSON / C escapes, `%XX`, `&#…;`. The
-/// decoded bytes, each with the raw stretch it came from (through
-/// `spans` when `view` is itself decoded); `None` when nothing decodes.
+/// One layer of decoding of `view`: JSON / C escapes (`\n`, `\u0041`,
+/// `\u{41}`, `\x41`, octal `\101`), `%XX`, quoted-printable `=41` (and
+/// its soft line breaks), `&#…;` and the named references a key's
+/// characters have (`&sol;`). The decoded bytes, each with the raw
+/// stretch it came from (through `spans` when `view` is itself decoded);
+/// `None` when nothing decodes. Linear in the view.
 fn decode_once(view: &[u8], spans: Option<&[(u32, u32)]>) -> Option<View> {
-    if !view.iter().any(|b| matches!(b, b'\\' | b'%' | b'&')) {
+    if !view.iter().any(|b| matches!(b, b'\\' | b'%' | b'&' | b'=')) {
         return None;
     }
     let span = |from: usize, to: usize| match spans {
@@ -778,8 +846,31 @@ fn decode_once(view: &[u8], spans: Option<&[(u32, u32)]>) -> Option<View> {
     let mut i = 0;
     while i < view.len() {
         let rest = &view[i..];
+        // A quoted-printable soft line break (`=` at a line's end) joins
+        // the lines: it decodes to nothing.
+        if let [b'=', b'\r', b'\n', ..] | [b'=', b'\n', ..] = rest {
+            changed = true;
+            i += if rest[1] == b'\r' { 3 } else { 2 };
+            continue;
+        }
         // (decoded char or byte, length of the escape)
         let decoded: Option<(Result<char, u8>, usize)> = match rest {
+            // `\u{1F600}`: Rust, JavaScript, Swift.
+            [b'\\', b'u', b'{', ..] => {
+                let digits = &rest[3..];
+                let n = digits
+                    .iter()
+                    .take(7)
+                    .take_while(|b| hex(**b).is_some())
+                    .count();
+                match digits.get(n) {
+                    Some(b'}') if (1..=6).contains(&n) => digits[..n]
+                        .iter()
+                        .try_fold(0u32, |acc, b| Some(acc << 4 | hex(*b)?))
+                        .map(|cp| (Ok(char::from_u32(cp).unwrap_or('\u{FFFD}')), 3 + n + 1)),
+                    _ => None,
+                }
+            }
             [b'\\', b'u', a, b, c, d, ..] => {
                 match (hex(*a), hex(*b), hex(*c), hex(*d)) {
                     (Some(a), Some(b), Some(c), Some(d)) => {
@@ -811,6 +902,10 @@ fn decode_once(view: &[u8], spans: Option<&[(u32, u32)]>) -> Option<View> {
                 (Some(a), Some(b)) => Some((Err((a << 4 | b) as u8), 4)),
                 _ => None,
             },
+            // C and Python octal: `\163`.
+            [b'\\', a @ b'0'..=b'3', b @ b'0'..=b'7', c @ b'0'..=b'7', ..] => {
+                Some((Err((a - b'0') << 6 | (b - b'0') << 3 | (c - b'0')), 4))
+            }
             [b'\\', e, ..] => {
                 let c = match e {
                     b'n' => Some('\n'),
@@ -827,6 +922,22 @@ fn decode_once(view: &[u8], spans: Option<&[(u32, u32)]>) -> Option<View> {
                 (Some(a), Some(b)) => Some((Err((a << 4 | b) as u8), 3)),
                 _ => None,
             },
+            // Quoted-printable: `=73`.
+            [b'=', a, b, ..] => match (hex(*a), hex(*b)) {
+                (Some(a), Some(b)) => Some((Err((a << 4 | b) as u8), 3)),
+                _ => None,
+            },
+            [b'&', name @ ..] if name.first().is_some_and(u8::is_ascii_alphabetic) => {
+                let n = name
+                    .iter()
+                    .take(17)
+                    .take_while(|b| b.is_ascii_alphanumeric())
+                    .count();
+                match name.get(n) {
+                    Some(b';') => named_reference(&name[..n]).map(|c| (Ok(c), n + 2)),
+                    _ => None,
+                }
+            }
             [b'&', b'#', ..] => {
                 let (digits, radix, skip) = match rest.get(2) {
                     Some(b'x' | b'X') => (&rest[3..], 16, 3),
@@ -1479,6 +1590,57 @@ mod tests {
             Cow::Borrowed(_)
         ));
         assert_eq!(format!("{r:?}"), "Redactor(1 secrets)");
+    }
+
+    // Issue 44 item 11: hex (either case), C octal, `\u{…}`,
+    // quoted-printable (with soft line breaks), named HTML references and
+    // base64 of base64 are read too.
+    #[test]
+    fn i44_11_more_encodings_are_read() {
+        let key = "sk-proj-AbCdEf0123456789XyZ";
+        let slashy = "a1/b2/c3/d4/e5/f6/g7";
+        let r = Redactor::new([key, slashy]);
+        let hex_lower: String = key.bytes().map(|b| format!("{b:02x}")).collect();
+        let octal: String = key.bytes().map(|b| format!("\\{b:03o}")).collect();
+        let braces: String = key
+            .chars()
+            .map(|c| format!("\\u{{{:x}}}", c as u32))
+            .collect();
+        let qp: String = key.bytes().map(|b| format!("={b:02X}")).collect();
+        let qp_soft = format!("{}=\r\n{}", &key[..9], &key[9..]);
+        let twice = base64(base64_padded(key.as_bytes()).as_bytes(), false);
+        let named = slashy.replace('/', "&sol;");
+        for (secret, form) in [
+            (key, hex_lower.clone()),
+            (key, hex_lower.to_ascii_uppercase()),
+            (key, octal),
+            (key, braces),
+            (key, qp),
+            (key, qp_soft),
+            (key, twice),
+            (slashy, named),
+        ] {
+            assert!(!form.contains(secret) || form == secret);
+            let text = format!("bad key «{form}» given");
+            let out = r.scrub(&text);
+            assert!(out.contains("<redacted>"), "{form}: {out}");
+            assert!(
+                out.starts_with("bad key «") && out.ends_with("» given"),
+                "{out}"
+            );
+            let mut view = out.as_bytes().to_vec();
+            for _ in 0..DECODE_DEPTH {
+                match decode_once(&view, None) {
+                    Some((b, _)) => view = b,
+                    None => break,
+                }
+            }
+            let decoded = String::from_utf8_lossy(&view);
+            assert!(!decoded.contains(&secret[..10]), "{form}: {decoded}");
+        }
+        // Ordinary text with `=` and `&` stays as it is.
+        let plain = "a=1&b=2 x=FF &amp; y";
+        assert_eq!(r.scrub(plain), plain);
     }
 
     // R16.11: a name of an AWS secret with no value after it, at the end

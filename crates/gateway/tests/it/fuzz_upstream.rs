@@ -11,8 +11,9 @@
 //! one) within a time bound; no client answer, header or log line may hold
 //! the key in any encoding; the gateway stays healthy; memory stays
 //! bounded. (The key is echoed in error texts, as providers do by accident;
-//! the text of an answer is the model's and passes as written: an upstream
-//! that wanted to leak the key it is sent could encode it any way at all.) `cargo test` runs 48 inputs; `FUZZ_CASES=N` runs N (CI runs a
+//! the text of an answer is the model's and passes as written but for a
+//! whole exact copy of the key sent (SECURITY.md): an upstream that wanted
+//! to leak the key it is sent could encode it any way at all.) `cargo test` runs 48 inputs; `FUZZ_CASES=N` runs N (CI runs a
 //! bounded number, see `.ci/run`). The run's random seed is printed when it
 //! starts; `FUZZ_SEED=N` replays it.
 

@@ -1201,3 +1201,31 @@ async fn i44_1_a_stream_past_its_continuation_budget_is_not_continued() {
     );
     gw.stop().await;
 }
+
+// Issue 44 item 17: an upstream that echoes the key it was sent inside a
+// 200 answer — the whole answer's text, a stream's event — does not hand
+// it to the client: the exact copy is `<redacted>` (the answer is
+// otherwise the provider's, as it was written).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i44_17_a_key_echoed_in_an_answer_is_masked() {
+    let gw = Gw::start("echo-200", Setup::default()).await;
+    let key = SECRETS[0];
+    gw.prim
+        .push(ok_openai(&format!("your key is {key}, keep it safe")));
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(!r.text.contains(key), "{}", r.text);
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "your key is <redacted>, keep it safe"
+    );
+    let mut ev = openai_events(&["your key is ", key, " ok"]);
+    ev.extend(openai_stream_end());
+    gw.prim.push(Reply::Sse(ev, Tail::End));
+    let mut body = chat("prim/model-a");
+    body["stream"] = json!(true);
+    let r = gw.openai(body, None).await;
+    assert!(!r.text.contains(key), "{}", r.text);
+    assert_eq!(openai_text(&r.text), "your key is <redacted> ok");
+    gw.stop().await;
+}
