@@ -112,7 +112,12 @@ pub(crate) fn request_in(body: &Map<String, Value>) -> Result<Request, Refusal> 
         let role = match role {
             "user" => Role::User,
             "assistant" => Role::Assistant,
-            other => return Err(format!("message role `{other}` has no {{to}} equivalent")),
+            other => {
+                return Err(format!(
+                    "message role `{}` has no {{to}} equivalent",
+                    super::quoted(other)
+                ))
+            }
         };
         let mut parts = Vec::new();
         for b in &blocks {

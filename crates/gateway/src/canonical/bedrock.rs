@@ -54,7 +54,10 @@ pub(crate) fn request_out(r: &Request) -> Result<Map<String, Value>, Refusal> {
                 Part::Text(t) => json!({"text": t}),
                 Part::Image(Image::Base64 { media_type, data }) => {
                     let format = image_format(media_type).ok_or_else(|| {
-                        format!("an image of type `{media_type}` has no {{to}} equivalent")
+                        format!(
+                            "an image of type `{}` has no {{to}} equivalent",
+                            super::quoted(media_type)
+                        )
                     })?;
                     json!({"image": {"format": format, "source": {"bytes": data}}})
                 }

@@ -40,7 +40,29 @@ pub(crate) type Refusal = String;
 
 /// `request field `f` has no {to} equivalent`.
 pub(crate) fn no_equivalent(field: &str) -> Refusal {
-    format!("request field `{field}` has no {{to}} equivalent")
+    format!("request field `{}` has no {{to}} equivalent", quoted(field))
+}
+
+/// A client's string as a refusal quotes it: at most 64 characters (then
+/// `…`), control characters escaped. A refusal never grows with what the
+/// client sent (issue 44 item 4: an 8 MiB `role` came back twice).
+pub(crate) fn quoted(s: &str) -> String {
+    const MAX: usize = 64;
+    let mut out: String = s
+        .chars()
+        .take(MAX)
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect();
+    if s.chars().nth(MAX).is_some() {
+        out.push('…');
+    }
+    out
 }
 
 /// A refusal with its target named.

@@ -132,7 +132,12 @@ pub(crate) fn request_in(body: &Map<String, Value>) -> Result<Request, Refusal> 
                     }],
                 });
             }
-            other => return Err(format!("message role `{other}` has no {{to}} equivalent")),
+            other => {
+                return Err(format!(
+                    "message role `{}` has no {{to}} equivalent",
+                    super::quoted(other)
+                ))
+            }
         }
     }
     Ok(r)

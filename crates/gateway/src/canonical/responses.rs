@@ -137,7 +137,12 @@ fn item_in(r: &mut Request, item: &Value, i: usize) -> Result<(), Refusal> {
                     role: Role::Assistant,
                     content: parts,
                 }),
-                other => return Err(format!("message role `{other}` has no {{to}} equivalent")),
+                other => {
+                    return Err(format!(
+                        "message role `{}` has no {{to}} equivalent",
+                        super::quoted(other)
+                    ))
+                }
             }
         }
         "function_call" => {
@@ -187,7 +192,8 @@ fn item_in(r: &mut Request, item: &Value, i: usize) -> Result<(), Refusal> {
         }
         other => {
             return Err(format!(
-                "`input[{i}]`: an item of type `{other}` has no {{to}} equivalent"
+                "`input[{i}]`: an item of type `{}` has no {{to}} equivalent",
+                super::quoted(other)
             ))
         }
     }

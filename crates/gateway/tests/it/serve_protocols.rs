@@ -1176,3 +1176,45 @@ async fn i44_9_the_responses_error_event_continues_the_sequence() {
     );
     gw.stop().await;
 }
+
+// Issue 44 item 4: a refusal quotes at most 64 characters of what the
+// client sent: an 8 MiB `role` no longer comes back (twice) in the error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i44_4_a_refusal_does_not_grow_with_the_request() {
+    let gw = Gw::start("resp-role", Setup::default()).await;
+    let role = "r".repeat(8 << 20);
+    let r = gw
+        .post(
+            "/v1/responses",
+            json!({"model": "prim/model-a", "input": [{"role": role, "content": "hi"}]}),
+            None,
+        )
+        .await;
+    assert!(r.status >= 400, "{}", r.status);
+    assert!(r.text.len() < 8192, "a {} byte error", r.text.len());
+    assert!(r.text.contains("has no"), "{}", r.text);
+    assert_eq!(gw.prim.hits() + gw.back.hits(), 0);
+    gw.stop().await;
+}
+
+// Issue 44 item 3: a request of 150,000 one-word messages (a few MiB,
+// under the body limit) is refused by its structure before it is parsed
+// into memory many times its size: a 400 that names the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i44_3_a_request_of_too_many_parts_is_refused_before_parsing() {
+    let gw = Gw::start("many-msgs", Setup::default()).await;
+    let messages: Vec<Value> = (0..150_000)
+        .map(|_| json!({"role": "user", "content": "hi"}))
+        .collect();
+    let r = gw
+        .openai(json!({"model": "prim/model-a", "messages": messages}), None)
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(
+        r.text.contains("100000 JSON objects and arrays"),
+        "{}",
+        r.text
+    );
+    assert_eq!(gw.prim.hits(), 0);
+    gw.stop().await;
+}
