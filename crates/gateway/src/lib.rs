@@ -887,7 +887,17 @@ async fn run(
                 Ok(match answer? {
                     // The same protocol: the upstream's bytes as they came.
                     Answer::Whole(b, held) if up_proto == req.protocol => Done::Whole(b, held),
-                    Answer::Whole(b, held) => {
+                    Answer::Whole(b, mut held) => {
+                        // Issue 44 item 2: a translation holds the parsed
+                        // answer, its translation and the new text beside
+                        // the upstream's bytes; charged before it is made.
+                        if !gw.buffers.cover(&mut held, b.len().saturating_mul(TRANSLATION_COPIES)) {
+                            return Err(AttemptError::Skip(format!(
+                                "the gateway is holding its limit of {} MiB of upstream answers (serve.maxBufferedBytes); this {} KiB answer was not translated",
+                                gw.buffers.total() >> 20,
+                                b.len() >> 10
+                            )));
+                        }
                         let v: Value = serde_json::from_slice(&b).map_err(|_| {
                             AttemptError::Provider(ProviderFailure::message(
                                 upstream::NOT_AN_OBJECT,
@@ -910,6 +920,11 @@ async fn run(
         })
         .await
 }
+
+/// What translating a whole answer holds at its peak, in copies of the
+/// upstream's bytes: the bytes, the parsed tree, its translation and the
+/// new text (measured: a tree of a text-heavy answer is about its size).
+const TRANSLATION_COPIES: usize = 4;
 
 /// A whole answer's bytes, holding their place in the budget of buffered
 /// upstream bytes until hyper has written them (the body is dropped then).
@@ -1000,7 +1015,9 @@ fn success(
                 .and_then(|o| o.get("include_usage"))
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
-            let src = stream::Source::new(started, upstream, protocol, wants_usage, idle, total);
+            let mut src =
+                stream::Source::new(started, upstream, protocol, wants_usage, idle, total);
+            src.budget = Some(gw.buffers.clone());
             // Issue 32: a broken stream is finished by the next candidate.
             let cont = continuation::request_continuable(req).then(|| {
                 Box::new(continuation::Continuer {

@@ -116,6 +116,14 @@ impl SseParser {
         Ok(out)
     }
 
+    /// Bytes held for the event under way (its lines and the line under
+    /// way), charged to the gateway's budget by the relay.
+    pub(crate) fn buffered(&self) -> usize {
+        self.line.len()
+            + self.data.as_ref().map_or(0, String::len)
+            + self.event.as_ref().map_or(0, String::len)
+    }
+
     /// One whole line (without its end).
     fn line_done(&mut self, mut line: &[u8], out: &mut Vec<Event>) {
         if !self.started {
@@ -172,6 +180,14 @@ pub(crate) enum Framing {
 }
 
 impl Framing {
+    /// Bytes held for an event not yet whole.
+    pub(crate) fn buffered(&self) -> usize {
+        match self {
+            Framing::Sse(p) => p.buffered(),
+            Framing::Aws(d) => d.buffered(),
+        }
+    }
+
     /// The events completed by `chunk`.
     pub(crate) fn push(&mut self, chunk: &[u8]) -> Result<Vec<Event>, String> {
         match self {

@@ -230,7 +230,15 @@ pub(crate) struct Source {
     client_wants_usage: bool,
     /// The credentials the call sent (masked in the client's events).
     secrets: Vec<String>,
+    /// The gateway's budget of buffered bytes, and what this stream holds
+    /// of it for an event not yet whole (issue 44 item 2).
+    pub(crate) budget: Option<super::upstream::Buffers>,
+    held: super::upstream::Held,
 }
+
+/// An unfinished event smaller than this is not charged to the budget
+/// (every stream holds a partial line now and then).
+const UNCHARGED_EVENT_BYTES: usize = 64 << 10;
 
 impl Source {
     pub(crate) fn new(
@@ -242,6 +250,8 @@ impl Source {
         total: Duration,
     ) -> Self {
         Source {
+            budget: None,
+            held: None,
             secrets: s.secrets,
             body: s.body,
             parser: s.parser,
@@ -430,6 +440,7 @@ impl Relay {
                     "from": broken, "by": by, "mode": c.mode.name(),
                     "deliveredBytes": self.ledger.text.len(),
                 }}));
+                let budget = self.src.budget.take();
                 self.src = Source::new(
                     c.started,
                     c.upstream,
@@ -438,6 +449,7 @@ impl Relay {
                     c.timeouts.idle,
                     c.timeouts.total,
                 );
+                self.src.budget = budget;
                 self.recorder.provider = out.provider.clone();
                 self.recorder.model = out.model.clone();
                 self.recorder.profile_id = out.profile_id.clone();
@@ -457,6 +469,38 @@ impl Relay {
                 self.error_event(&first)
             }
         }
+    }
+
+    /// Issue 44 item 2: an event not yet whole is held in memory; past
+    /// [`UNCHARGED_EVENT_BYTES`] it takes its size from the gateway's
+    /// budget, and when the budget has no room the stream ends with the
+    /// error event (the gateway's limit, not the provider's failure:
+    /// nothing is recorded on the profile).
+    fn charge_unfinished(&mut self) -> Option<Bytes> {
+        let n = self.src.parser.buffered();
+        if n <= UNCHARGED_EVENT_BYTES {
+            self.src.held = None;
+            return None;
+        }
+        let budget = self.src.budget.clone()?;
+        if budget.cover(&mut self.src.held, n) {
+            return None;
+        }
+        self.src.body = Box::pin(futures_util::stream::empty());
+        self.src.parser = super::sse::Framing::Sse(Default::default());
+        tracing::warn!(
+            target: "failover::serve",
+            provider = %self.recorder.provider,
+            model = %self.recorder.model,
+            event_bytes = n,
+            "stream_over_budget"
+        );
+        let text = format!(
+            "the gateway is holding its limit of {} MiB of upstream data (serve.maxBufferedBytes); the upstream's event of more than {} KiB was not read",
+            budget.total() >> 20,
+            n >> 10
+        );
+        Some(self.error_event(&text))
     }
 
     /// The `sequence_number` of the next Responses event.
@@ -667,7 +711,10 @@ impl Relay {
                         if events.iter().any(|e| !is_ping(e)) {
                             self.src.last_content = tokio::time::Instant::now();
                         }
-                        self.src.pending.extend(events)
+                        self.src.pending.extend(events);
+                        if let Some(bytes) = self.charge_unfinished() {
+                            return Some(bytes);
+                        }
                     }
                     Err(msg) => return Some(self.cut(ProviderFailure::message(msg)).await),
                 },

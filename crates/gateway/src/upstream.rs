@@ -87,7 +87,7 @@ impl Buffers {
     }
 
     /// Grows `held` to cover `bytes`; `false` when the budget has no room.
-    fn cover(&self, held: &mut Held, bytes: usize) -> bool {
+    pub(crate) fn cover(&self, held: &mut Held, bytes: usize) -> bool {
         let want = bytes.div_ceil(1024);
         let have = held.as_ref().map_or(0, |p| p.num_permits());
         if want <= have {
@@ -460,8 +460,15 @@ async fn read_head(
     while let Some(chunk) = body.next().await {
         let chunk = chunk?;
         let take = chunk.len().min(limit - out.len());
-        if !buffers.cover(held, out.len() + take) {
-            return Ok((out, Cut::Budget));
+        // Issue 44 item 2: the budget is charged what is allocated (the
+        // buffer's capacity, grown by doubling), not what is filled.
+        let need = out.len() + take;
+        if need > out.capacity() {
+            let cap = need.max(out.capacity().saturating_mul(2)).min(limit);
+            if !buffers.cover(held, cap) {
+                return Ok((out, Cut::Budget));
+            }
+            out.reserve_exact(cap - out.len());
         }
         out.extend_from_slice(&chunk[..take]);
         if take < chunk.len() || out.len() == limit {

@@ -152,6 +152,11 @@ pub(crate) struct EventStreamDecoder {
 }
 
 impl EventStreamDecoder {
+    /// Bytes held for a message not yet whole.
+    pub(crate) fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
     /// A decoder at the start of a stream.
     pub(crate) fn new() -> Self {
         Self::default()

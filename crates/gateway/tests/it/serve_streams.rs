@@ -1229,3 +1229,52 @@ async fn i44_17_a_key_echoed_in_an_answer_is_masked() {
     assert_eq!(openai_text(&r.text), "your key is <redacted> ok");
     gw.stop().await;
 }
+
+// Issue 44 item 2: what a translation holds and an event not yet whole
+// are charged to `serve.maxBufferedBytes`: past it, a whole answer is not
+// translated (its candidate is skipped, the next one answers) and a
+// stream whose unfinished event outgrows the budget ends with the error
+// event instead of holding it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i44_2_translations_and_unfinished_events_are_charged_to_the_budget() {
+    let gw = Gw::start(
+        "budget-charged",
+        Setup {
+            prim_api: "anthropic-messages",
+            extra: "serve:\n  maxBufferedBytes: 2097152\n".into(),
+            ..Setup::default()
+        },
+    )
+    .await;
+    // 700 KiB to translate: 2.8 MiB held at its peak, over the 2 MiB.
+    gw.prim.push(ok_anthropic(&"x".repeat(700 << 10)));
+    gw.back.push(ok_openai("from back"));
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    assert_eq!(r.status, 200, "{}", &r.text[..r.text.len().min(400)]);
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "from back");
+    assert_eq!((gw.prim.hits(), gw.back.hits()), (1, 1));
+    // A stream that starts an event it never ends, 6 MiB long.
+    let mut ev = anthropic_events(&["Hel", "lo"], false);
+    ev.push(format!(
+        "event: content_block_delta\ndata: {}",
+        "y".repeat(6 << 20)
+    ));
+    gw.prim.push(Reply::Sse(ev, Tail::Hang));
+    let mut body = msg("prim/model-a");
+    body["stream"] = json!(true);
+    let t = Instant::now();
+    let r = gw.anthropic(body, None).await;
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(
+        r.text.contains("event: error"),
+        "{}",
+        &r.text[..r.text.len().min(400)]
+    );
+    assert!(
+        r.text.contains("serve.maxBufferedBytes"),
+        "{}",
+        &r.text[..r.text.len().min(2000)]
+    );
+    assert_eq!(anthropic_text(&r.text), "Hello");
+    gw.stop().await;
+}
