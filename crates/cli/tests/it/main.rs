@@ -25,6 +25,7 @@ mod lsp;
 mod model_cli;
 mod module_graph;
 mod readme_walkthrough;
+mod serve_memory;
 mod serve_reload_cli;
 mod serve_state_degraded;
 mod simulate;

@@ -1246,7 +1246,7 @@ async fn i44_2_translations_and_unfinished_events_are_charged_to_the_budget() {
         },
     )
     .await;
-    // 700 KiB to translate: 2.8 MiB held at its peak, over the 2 MiB.
+    // 700 KiB to translate: charged 4.2 MiB, over the 2 MiB.
     gw.prim.push(ok_anthropic(&"x".repeat(700 << 10)));
     gw.back.push(ok_openai("from back"));
     let r = gw.openai(chat("prim/model-a"), None).await;
