@@ -966,6 +966,35 @@ fn header_value(text: &str) -> Option<HeaderValue> {
     HeaderValue::from_str(text).ok()
 }
 
+/// A notice as a header value that is ASCII whatever the `http` crate's
+/// version accepts (issue 48 item 1; RFC 9110 field values are ASCII):
+/// the text without its non-ASCII characters (`Model Fallback: …`), then,
+/// when something was left out, the whole text as an RFC 8187 extended
+/// parameter, `; text*=UTF-8''%E2%86%AA…`. The body's `failover` object
+/// and the log keep the text as it is.
+fn notice_header(text: &str) -> Option<HeaderValue> {
+    if text.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return header_value(text);
+    }
+    let ascii: String = text
+        .chars()
+        .filter(|c| (' '..='~').contains(c))
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut value = format!("{ascii}; text*=UTF-8''");
+    for b in text.bytes() {
+        // RFC 8187 attr-char; everything else percent-encoded.
+        if b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b) {
+            value.push(b as char);
+        } else {
+            value.push_str(&format!("%{b:02X}"));
+        }
+    }
+    header_value(&value)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn success(
     gw: &Arc<Gateway>,
@@ -986,8 +1015,15 @@ fn success(
     }
     h.insert(X_ATTEMPTS, HeaderValue::from(out.attempts.len()));
     for n in &out.notices {
-        if let Some(v) = header_value(&n.to_string()) {
-            h.append(X_NOTICE, v);
+        // The notice as it is (the header's is ASCII).
+        tracing::info!(target: "failover::serve", notice = %n, "model_fallback_notice");
+        match notice_header(&n.to_string()) {
+            Some(v) => {
+                h.append(X_NOTICE, v);
+            }
+            None => {
+                tracing::warn!(target: "failover::serve", header = "x-failover-notice", "a header could not be set")
+            }
         }
     }
     let model_label = set.model_label(&out.provider, &out.model).to_string();
@@ -1553,6 +1589,40 @@ pub fn main(opts: Options) -> i32 {
 
 #[cfg(test)]
 mod tests {
+    // Issue 48 item 1: the notice header is ASCII, and its RFC 8187
+    // parameter decodes to the whole notice.
+    #[test]
+    fn notice_headers_are_ascii_with_the_text_in_rfc_8187() {
+        let text = "↪️ Model Fallback: back/model-b (selected prim/model-a; rate limit)";
+        let v = super::notice_header(text).unwrap();
+        assert!(
+            v.as_bytes().iter().all(|b| (0x20..0x7f).contains(b)),
+            "{v:?}"
+        );
+        let s = v.to_str().unwrap();
+        let (ascii, ext) = s.split_once("; text*=UTF-8''").unwrap();
+        assert_eq!(
+            ascii,
+            "Model Fallback: back/model-b (selected prim/model-a; rate limit)"
+        );
+        let (mut out, b, mut i) = (Vec::new(), ext.as_bytes(), 0);
+        while i < b.len() {
+            if b[i] == b'%' {
+                out.push(u8::from_str_radix(&ext[i + 1..i + 3], 16).unwrap());
+                i += 3;
+            } else {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+        assert_eq!(String::from_utf8(out).unwrap(), text);
+        // An ASCII notice is sent as it is.
+        assert_eq!(
+            super::notice_header("Model Fallback cleared: a/b").unwrap(),
+            "Model Fallback cleared: a/b"
+        );
+    }
+
     use super::*;
 
     /// A drain waits for every record being written, and not longer.

@@ -33,9 +33,10 @@ async fn r7_429_with_retry_after_falls_back() {
     assert_eq!(r.header("x-failover-attempts").as_deref(), Some("2"));
     let own: u64 = r.header("x-failover-overhead-us").unwrap().parse().unwrap();
     assert!(own < 5_000_000);
+    // Issue 48 item 1: ASCII, with the whole notice in RFC 8187 form.
     assert_eq!(
         r.header("x-failover-notice").as_deref(),
-        Some("↪️ Model Fallback: back/model-b (selected prim/model-a; rate limit)")
+        Some("Model Fallback: back/model-b (selected prim/model-a; rate limit); text*=UTF-8''%E2%86%AA%EF%B8%8F%20Model%20Fallback%3A%20back%2Fmodel-b%20%28selected%20prim%2Fmodel-a%3B%20rate%20limit%29")
     );
     // The upstreams got the candidate's model and their own key.
     let seen = gw.prim.seen();
