@@ -783,7 +783,8 @@ fn base64_padded(bytes: &[u8]) -> String {
 }
 
 /// The character an HTML named reference stands for, of those a key's
-/// characters can be written as (`&sol;` for `/`, …).
+/// characters can be written as (`&sol;` for `/`, …; `-` has none: the
+/// standard's `&hyphen;` is U+2010).
 fn named_reference(name: &[u8]) -> Option<char> {
     Some(match name {
         b"sol" => '/',
@@ -817,7 +818,6 @@ fn named_reference(name: &[u8]) -> Option<char> {
         b"gt" | b"GT" => '>',
         b"quot" | b"QUOT" => '"',
         b"apos" => '\'',
-        b"hyphen" | b"dash" => '-',
         _ => return None,
     })
 }
@@ -1607,7 +1607,14 @@ mod tests {
             .map(|c| format!("\\u{{{:x}}}", c as u32))
             .collect();
         let qp: String = key.bytes().map(|b| format!("={b:02X}")).collect();
-        let qp_soft = format!("{}=\r\n{}", &key[..9], &key[9..]);
+        // Soft line breaks every 8 characters: no 12 of the key in a row.
+        let qp_soft = key
+            .as_bytes()
+            .chunks(8)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect::<Vec<_>>()
+            .join("=\r\n");
+        let qp_soft_lf = qp_soft.replace("=\r\n", "=\n");
         let twice = base64(base64_padded(key.as_bytes()).as_bytes(), false);
         let named = slashy.replace('/', "&sol;");
         for (secret, form) in [
@@ -1617,6 +1624,7 @@ mod tests {
             (key, braces),
             (key, qp),
             (key, qp_soft),
+            (key, qp_soft_lf),
             (key, twice),
             (slashy, named),
         ] {
@@ -1638,6 +1646,63 @@ mod tests {
             let decoded = String::from_utf8_lossy(&view);
             assert!(!decoded.contains(&secret[..10]), "{form}: {decoded}");
         }
+        // Padding as RFC 4648 writes it.
+        assert_eq!(base64_padded(b"a"), "YQ==");
+        assert_eq!(base64_padded(b"ab"), "YWI=");
+        assert_eq!(base64_padded(b"abc"), "YWJj");
+        // Every named reference, as the HTML standard defines it.
+        for (name, c) in [
+            ("sol", '/'),
+            ("bsol", '\\'),
+            ("plus", '+'),
+            ("equals", '='),
+            ("lowbar", '_'),
+            ("UnderBar", '_'),
+            ("period", '.'),
+            ("colon", ':'),
+            ("semi", ';'),
+            ("comma", ','),
+            ("excl", '!'),
+            ("num", '#'),
+            ("dollar", '$'),
+            ("percnt", '%'),
+            ("ast", '*'),
+            ("midast", '*'),
+            ("quest", '?'),
+            ("commat", '@'),
+            ("Hat", '^'),
+            ("grave", '`'),
+            ("DiacriticalGrave", '`'),
+            ("verbar", '|'),
+            ("vert", '|'),
+            ("VerticalLine", '|'),
+            ("tilde", '~'),
+            ("lpar", '('),
+            ("rpar", ')'),
+            ("lsqb", '['),
+            ("lbrack", '['),
+            ("rsqb", ']'),
+            ("rbrack", ']'),
+            ("lcub", '{'),
+            ("lbrace", '{'),
+            ("rcub", '}'),
+            ("rbrace", '}'),
+            ("amp", '&'),
+            ("AMP", '&'),
+            ("lt", '<'),
+            ("LT", '<'),
+            ("gt", '>'),
+            ("GT", '>'),
+            ("quot", '"'),
+            ("QUOT", '"'),
+            ("apos", '\''),
+        ] {
+            assert_eq!(named_reference(name.as_bytes()), Some(c), "{name}");
+            let text = format!("x&{name};y");
+            let (b, _) = decode_once(text.as_bytes(), None).unwrap();
+            assert_eq!(String::from_utf8(b).unwrap(), format!("x{c}y"), "{name}");
+        }
+        assert_eq!(named_reference(b"nosuch"), None);
         // Ordinary text with `=` and `&` stays as it is.
         let plain = "a=1&b=2 x=FF &amp; y";
         assert_eq!(r.scrub(plain), plain);
