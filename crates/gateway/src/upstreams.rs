@@ -494,7 +494,8 @@ pub struct ServeSettings {
     pub continuation_max_bytes: usize,
     /// `serve.requestTimeoutMs`: the whole chain of one request — every
     /// attempt, retry and wait, a stream's relay included — ends within it
-    /// (issue 44 item 7).
+    /// (issue 44 item 7). Unwritten: 10 minutes, or the longest `totalMs`
+    /// of a provider when that is longer.
     pub request_timeout: Duration,
     /// Upstream bodies held in memory at once, all requests together
     /// (whole answers being read or translated, error heads): a new
@@ -677,6 +678,7 @@ pub(crate) fn parse(
     let mut problems = Vec::new();
     let mut out = Upstreams::default();
     let mut settings = ServeSettings::DEFAULT;
+    let mut request_timeout_written = false;
     let mut root: Value = match serde_yaml::from_str(text) {
         Ok(v) => v,
         Err(_) => {
@@ -751,6 +753,7 @@ pub(crate) fn parse(
                             }),
                         },
                         "requestTimeoutMs" => {
+                            request_timeout_written = true;
                             if let Some(d) = millis(v, &path, &mut problems) {
                                 settings.request_timeout = d;
                             }
@@ -811,6 +814,12 @@ pub(crate) fn parse(
                 message: "expected a mapping".into(),
             }),
         }
+    }
+    // Unwritten, a request's deadline is never shorter than one attempt
+    // may take: a provider given a longer `totalMs` keeps it.
+    if !request_timeout_written {
+        let longest = out.providers.values().map(|u| u.timeouts.total).max();
+        settings.request_timeout = settings.request_timeout.max(longest.unwrap_or_default());
     }
     if problems.is_empty() {
         Ok((out, settings))
@@ -1332,6 +1341,27 @@ mod tests {
             e[0].message.starts_with("not a valid URL"),
             "{}",
             e[0].message
+        );
+    }
+
+    // Issue 44 item 7: `serve.requestTimeoutMs` as written; unwritten, 10
+    // minutes or the longest `totalMs`, whichever is longer.
+    #[test]
+    fn i44_7_request_timeout_defaults_to_the_longest_attempt() {
+        let p = |extra: &str| {
+            let text = format!("models:\n  providers:\n    a:\n      baseUrl: http://h:1/v1\n      api: openai-completions\n      timeouts: {{ totalMs: 1800000 }}\n    b: {{ baseUrl: 'http://h:1/v1', api: openai-completions }}\n{extra}");
+            parse(&text, &|_: &str| None).unwrap().1.request_timeout
+        };
+        assert_eq!(p(""), Duration::from_secs(1800));
+        assert_eq!(
+            p("serve:\n  requestTimeoutMs: 5000\n"),
+            Duration::from_secs(5)
+        );
+        let text =
+            "models:\n  providers:\n    b: { baseUrl: 'http://h:1/v1', api: openai-completions }\n";
+        assert_eq!(
+            parse(text, &|_: &str| None).unwrap().1.request_timeout,
+            Duration::from_secs(600)
         );
     }
 
