@@ -146,7 +146,7 @@ async fn retry_budget_honours_retry_after() {
     assert_eq!(h.stats("anthropic:default").cooldown_until, None);
 }
 
-// Issue 44 item 7: `retries: {max: 3}` under a 2 s candidate budget
+// R17.3, issue 44 item 7: `retries: {max: 3}` under a 2 s candidate budget
 // (`totalMs`) and `Retry-After: 4`: the wait would end past the budget,
 // so no retry is made and the run fails over at once (before: 12 s and
 // four calls).
@@ -174,7 +174,7 @@ async fn i44_7_a_retry_past_the_candidates_budget_is_not_made() {
     assert_eq!(out.model_ref(), "openai/gpt");
 }
 
-// Issue 44 item 7: the request's deadline bounds the whole chain: no
+// R17.3, issue 44 item 7: the request's deadline bounds the whole chain: no
 // retry whose wait would pass it, and no candidate started after it (the
 // rest are skipped as `timeout`, said in the attempts).
 #[tokio::test(start_paused = true)]
