@@ -776,9 +776,8 @@ fn base64(bytes: &[u8], url: bool) -> String {
 /// Standard base64 with `=` padding, as a header or a file holds it.
 fn base64_padded(bytes: &[u8]) -> String {
     let mut out = base64(bytes, false);
-    while out.len() % 4 != 0 {
-        out.push('=');
-    }
+    let pad = (4 - out.len() % 4) % 4;
+    out.extend(std::iter::repeat_n('=', pad));
     out
 }
 
