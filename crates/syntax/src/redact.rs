@@ -902,9 +902,12 @@ fn decode_once(view: &[u8], spans: Option<&[(u32, u32)]>) -> Option<View> {
                 _ => None,
             },
             // C and Python octal: `\163`.
-            [b'\\', a @ b'0'..=b'3', b @ b'0'..=b'7', c @ b'0'..=b'7', ..] => {
-                Some((Err((a - b'0') << 6 | (b - b'0') << 3 | (c - b'0')), 4))
-            }
+            // (Read by the standard parser: three octal digits of at most
+            // `\377` always fit a byte.)
+            [b'\\', b'0'..=b'3', b'0'..=b'7', b'0'..=b'7', ..] => std::str::from_utf8(&rest[1..4])
+                .ok()
+                .and_then(|t| u8::from_str_radix(t, 8).ok())
+                .map(|b| (Err(b), 4)),
             [b'\\', e, ..] => {
                 let c = match e {
                     b'n' => Some('\n'),
@@ -1645,6 +1648,17 @@ mod tests {
             let decoded = String::from_utf8_lossy(&view);
             assert!(!decoded.contains(&secret[..10]), "{form}: {decoded}");
         }
+        // `\u{}` needs one to six digits; anything else is left as it is.
+        for text in [&br"x\u{}y"[..], br"x\u{1234567}y", br"x\u{12"] {
+            assert!(decode_once(text, None).is_none(), "{text:?}");
+        }
+        assert_eq!(
+            decode_once(br"\u{10FFFF}", None).unwrap().0,
+            "\u{10FFFF}".as_bytes()
+        );
+        // Octal: three digits, at most `\377`.
+        assert_eq!(decode_once(br"\101\377", None).unwrap().0, b"A\xff");
+        assert!(decode_once(br"x\400 \18", None).is_none());
         // Padding as RFC 4648 writes it.
         assert_eq!(base64_padded(b"a"), "YQ==");
         assert_eq!(base64_padded(b"ab"), "YWI=");
