@@ -111,7 +111,7 @@ fn client_auth_note(serve: &upstreams::ServeSettings) -> String {
 /// not read (`timeout:` for `timeouts:`, `apiKye`) is a warning with a
 /// near miss; one holding a literal credential is an error already
 /// (`upstreams::parse`), not repeated here.
-fn unknown_provider_keys(text: &str) -> Vec<ConfigProblem> {
+pub(crate) fn unknown_provider_keys(text: &str) -> Vec<ConfigProblem> {
     let Ok(root) = serde_yaml::from_str::<serde_yaml::Value>(text) else {
         return Vec::new();
     };

@@ -298,6 +298,15 @@ pub(crate) fn build(
         ))
     };
     let (ups, settings) = upstreams::parse(&loaded.text, &env).map_err(|p| render(&p))?;
+    // Keys of a provider the gateway does not read: warned about as
+    // `check --config` warns (a `timeout:` for `timeouts:` sets nothing).
+    let mut unknown = crate::check::unknown_provider_keys(&loaded.text);
+    if !unknown.is_empty() {
+        failover::place_problems(&loaded.text, &mut unknown);
+        for w in &unknown {
+            tracing::warn!(target: "failover::serve", warning = %w.render(&loaded.name, &loaded.text), "config warning");
+        }
+    }
     let build = failover::rules::build(&sources.rules, !sources.no_defaults)
         .map_err(|e| Error::invalid(format!("error: {e}")))?;
     let engine = Engine::from_build(build).map_err(|d| Error::invalid(d.render()))?;

@@ -342,3 +342,32 @@ async fn r5_api_key_literal_refused_env_reference_used() {
     assert!(!on_disk.exists() || !std::fs::read_to_string(on_disk).unwrap().contains("sk-env"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// Issue 44 item 15: a key of a provider the gateway does not read is
+// logged at start as `check --config` reports it: a warning with its
+// near miss (a `timeout:` for `timeouts:` would otherwise set nothing,
+// silently).
+#[tokio::test]
+async fn i44_15_serve_warns_of_unknown_provider_keys() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let gw = Gw::start(
+        "unknown-keys",
+        Setup {
+            workers: 0,
+            prim_keys: "timeout: { totalMs: 5000 }".into(),
+            ..Setup::default()
+        },
+    )
+    .await;
+    gw.stop().await;
+    let text = logs.text();
+    assert!(text.contains("models.providers.prim.timeout"), "{text}");
+    assert!(text.contains("did you mean `timeouts`?"), "{text}");
+}
