@@ -104,7 +104,9 @@ impl Recent {
     }
 
     fn roll(&mut self, minute: u64) {
-        if minute == self.minute {
+        // An earlier minute (another replica's clock a little behind)
+        // counts into the current one rather than resetting it.
+        if minute <= self.minute {
             return;
         }
         self.previous = if minute == self.minute + 1 {
@@ -690,6 +692,9 @@ mod tests {
         // A gap of minutes forgets everything.
         r.add(m + 600_000, 1);
         assert_eq!((r.this, r.previous), (1, 0));
+        // A replica whose clock is a minute behind adds to this minute.
+        r.add(m + 540_000, 2);
+        assert_eq!((r.minute, r.this, r.previous), (1010, 3, 0));
         // Written in the record only when used.
         let mut k = rec("a");
         assert!(!serde_json::to_string(&k).unwrap().contains("recent"));
