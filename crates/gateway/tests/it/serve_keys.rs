@@ -175,15 +175,7 @@ async fn r18_client_keys_admit_scope_limit_and_revoke() {
     );
 
     // R18.8: per-key counters by name.
-    let metrics = gw
-        .http
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&gw).await;
     assert!(
         metrics.contains(r#"failover_client_requests_total{key="ci",outcome="admitted"} 2"#),
         "{metrics}"
@@ -370,15 +362,7 @@ async fn r18_8_stream_tokens_are_counted_for_the_key() {
     .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert!(r.text.contains("\"prompt_tokens\":3"), "{}", r.text);
-    let metrics = gw
-        .http
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&gw).await;
     assert!(
         metrics.contains(r#"failover_client_tokens_total{key="streamer",kind="prompt"} 6"#),
         "{metrics}"
@@ -422,24 +406,8 @@ async fn r18_2_official_sdks_authenticate_with_a_client_key() {
     gw.prim.always(ok_anthropic("hello anthropic"));
     let store = failover::state::keys::open(None, &gw.dir.join("state")).unwrap();
     let key = create(&*store, "sdk", |_| {});
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/sdk/keys.py");
-    let url = format!("http://{}", gw.addr());
-    let k = key.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
-            .env("FAILOVER_URL", url)
-            .env("FAILOVER_KEY", k)
-            .env("NO_PROXY", "127.0.0.1")
-            .env("no_proxy", "127.0.0.1")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) =
+        run_sdk_script(python, "keys.py", gw.addr(), &[("FAILOVER_KEY", &key)]).await;
     assert!(stdout.contains("4 passed, 0 failed"), "{stdout}");
     // The wrong keys' refusals reached no upstream: one answer each.
     assert_eq!(gw.back.hits(), 1);

@@ -47,25 +47,7 @@ async fn official_python_sdks_are_clients() {
         headers: vec![("retry-after".into(), "30".into())],
         body: r#"{"error":{"message":"Rate limit reached","type":"requests"}}"#.into(),
     });
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join("tests/sdk/clients.py");
-    let url = format!("http://{}", gw.addr());
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
-            .env("FAILOVER_URL", url)
-            // The SDKs read proxy variables; `serve_proxy` sets them.
-            .env("NO_PROXY", "127.0.0.1")
-            .env("no_proxy", "127.0.0.1")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = run_sdk_script(python, "clients.py", gw.addr(), &[]).await;
     assert!(stdout.contains("7 passed, 0 failed"), "{stdout}");
     for s in SECRETS {
         assert!(!stdout.contains(s) && !stderr.contains(s));
@@ -150,25 +132,7 @@ async fn official_openai_sdk_responses_create() {
             body: r#"{"error":{"message":"Rate limit reached","type":"requests"}}"#.into(),
         });
     }
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join("tests/sdk/responses.py");
-    let url = format!("http://{}", gw.addr());
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
-            .env("FAILOVER_URL", url)
-            // The SDKs read proxy variables; `serve_proxy` sets them.
-            .env("NO_PROXY", "127.0.0.1")
-            .env("no_proxy", "127.0.0.1")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = run_sdk_script(python, "responses.py", gw.addr(), &[]).await;
     assert!(stdout.contains("6 passed, 0 failed"), "{stdout}");
     eprintln!("{stdout}");
     for s in SECRETS {

@@ -306,18 +306,6 @@ fn oa_full(parts: &[&str]) -> Vec<String> {
     ev
 }
 
-/// The body of the `/metrics` page.
-async fn metrics(gw: &Gw) -> String {
-    gw.http
-        .get(gw.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 // Issue 32 item 2 (restart, the default of `openai-completions`): a
 // stream cut after 4 tokens is finished by the fallback: it is sent the
 // original request, its first 4 tokens are checked against what the
@@ -658,21 +646,7 @@ async fn official_sdks_read_continued_streams() {
             .push(Reply::Sse(an_full(&ANSWER[..5])[..7].to_vec(), Tail::Cut));
         gw.back.push(Reply::Sse(an_full(&ANSWER[5..]), Tail::End));
     }
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/sdk/continuation.py");
-    let url = format!("http://{}", gw.addr());
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
-            .env("FAILOVER_URL", url)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, _) = run_sdk_script(python, "continuation.py", gw.addr(), &[]).await;
     let lines: Vec<Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

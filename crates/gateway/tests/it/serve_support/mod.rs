@@ -730,3 +730,45 @@ pub(crate) fn sdk_python(test: &str) -> Option<PathBuf> {
     eprintln!("\n!!! SKIPPED {test} (FAILOVER_SKIP_SDK=1): {msg}\n");
     None
 }
+
+/// Runs `tests/sdk/<script>` with the venv's Python (see [`sdk_python`])
+/// against the gateway at `addr` (`FAILOVER_URL`, and `env`); the proxy
+/// variables the SDKs read are bypassed for 127.0.0.1 (`serve_proxy` sets
+/// them). Asserts it exited 0; returns its stdout and stderr.
+pub(crate) async fn run_sdk_script(
+    python: PathBuf,
+    script: &str,
+    addr: SocketAddr,
+    env: &[(&str, &str)],
+) -> (String, String) {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/sdk")
+        .join(script);
+    let mut cmd = std::process::Command::new(python);
+    cmd.arg(script)
+        .env("FAILOVER_URL", format!("http://{addr}"))
+        .env("NO_PROXY", "127.0.0.1")
+        .env("no_proxy", "127.0.0.1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+/// The body of the gateway's `/metrics` page.
+pub(crate) async fn metrics(gw: &Gw) -> String {
+    gw.http
+        .get(gw.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
