@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::sync::Arc;
 
 use tracing::Instrument;
 
@@ -32,7 +33,7 @@ struct Turn<'r> {
     store: &'r dyn AsyncStore,
     profiles: AuthProfiles,
     /// Every stored secret, scrubbed from what the run records (R16.11).
-    secrets: Redactor,
+    secrets: Arc<Redactor>,
     entry: SessionEntry,
     chain: CandidateChain,
     /// The selection the run falls back from (the fallback's origin).
@@ -429,6 +430,17 @@ fn auth_class(b: &ReasonBehaviour) -> bool {
 }
 
 impl Runner {
+    /// The redactor of `secrets`: the one built for the previous run while
+    /// the profiles' secrets are the same, a new one when they changed.
+    fn redactor_of(&self, secrets: Vec<String>) -> Arc<Redactor> {
+        let mut last = self.redactor.lock().unwrap_or_else(|e| e.into_inner());
+        if last.0 != secrets {
+            let r = Arc::new(Redactor::new(&secrets));
+            *last = (secrets, r);
+        }
+        last.1.clone()
+    }
+
     fn reason_name(&self, id: ReasonId) -> &str {
         &self.engine.ruleset().reason(id).name
     }
@@ -780,7 +792,7 @@ impl Runner {
         let now = self.now_ms();
         let (entry, state) = store.load_run(key).await?;
         let profiles = store.load_profiles().await?;
-        let secrets = Redactor::new(secrets_of(&profiles));
+        let secrets = self.redactor_of(secrets_of(&profiles));
         let selections = &self.engine.ruleset().selections;
         let mut chain_req = ChainRequest {
             kind: request.kind,

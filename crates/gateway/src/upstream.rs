@@ -240,10 +240,8 @@ pub(crate) fn mask_sent(text: &[u8], secrets: &[String]) -> Option<Vec<u8>> {
             }
             let mut next = Vec::with_capacity(cur.len());
             let mut last = 0;
+            // Matches do not overlap: `find_iter` resumes after each.
             for at in memchr::memmem::find_iter(cur, form.as_bytes()) {
-                if at < last {
-                    continue;
-                }
                 next.extend_from_slice(&cur[last..at]);
                 next.extend_from_slice(b"<redacted>");
                 last = at + form.len();
