@@ -314,6 +314,7 @@ pub fn open_keys(
     })
 }
 
+#[cfg(any(feature = "sqlite", feature = "redis"))]
 fn parse_record(hash: &str, text: &str) -> Option<ClientKey> {
     // A record that does not parse is left out (it lets nobody in) and
     // kept as it is by updates of other records.
