@@ -136,8 +136,9 @@ pub mod state {
     };
     pub use crate::store::{AsyncStore, Store};
     pub use crate::store::{
-        AuthProfiles, AuthState, Credential, CredentialKind, Extra, FileStore, Problem, Profile,
-        Secret, SecretRef, SessionEntry, SessionStore, StatePaths, StoreExt, SyncFace, UsageStats,
+        AuthProfiles, AuthState, Credential, CredentialKind, Extra, FileStore, ModelCooldown,
+        ModelWindow, Problem, Profile, Secret, SecretRef, SessionEntry, SessionStore, StatePaths,
+        StoreExt, SyncFace, UsageStats,
     };
     /// The gateway's client keys (SPEC R18): records by hash, in the
     /// backend the config names.

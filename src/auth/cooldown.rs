@@ -1,13 +1,16 @@
 //! Cooldown and disable arithmetic (SPEC R7.3, R7.4, R8.1, R8.4, R16.4–R16.6,
 //! R6.7).
 //!
-//! A profile can be blocked two ways, recorded in its [`UsageStats`]:
+//! A profile can be blocked three ways, recorded in its [`UsageStats`]:
 //!
-//! * a **cooldown** (`cooldownUntil`), for reasons declared `cooldown`:
-//!   `min(1 h, 60 s · 5^min(n−1, 3))` where `n` is the error count, so
-//!   1 min, 5 min, 25 min, then 1 h. When the reason is declared
-//!   `scope model` and the failing model is known, the cooldown records
-//!   `cooldownModel` and a sibling model of the same profile may still run;
+//! * a **model window** (`modelCooldowns.<model>`, R7.3), for reasons
+//!   declared `cooldown; scope model` when the failing model is known: that
+//!   model only, with its own count and step, so a sibling model of the
+//!   same profile runs as an ordinary attempt;
+//! * a **profile-wide cooldown** (`cooldownUntil` without `cooldownModel`)
+//!   for every other reason declared `cooldown`. Both last
+//!   `min(1 h, 60 s · 5^min(n−1, 3))` where `n` is the model's or the
+//!   profile's error count: 1 min, 5 min, 25 min, then 1 h;
 //! * a **disable** (`disabledUntil`, `disabledReason`), for reasons declared
 //!   `disable LANE`: the billing lane starts at 5 h (per provider
 //!   overridable) and the auth_permanent lane at 10 min; both double per
@@ -16,24 +19,27 @@
 //!
 //! Three rules keep the windows honest. An active window is never extended
 //! by a failure inside it (R16.5) — a retry storm must not push recovery
-//! further away — though a failure of another model, or of an unknown
-//! model, widens a model-scoped cooldown to the whole profile. Counters
-//! reset only after `failureWindowHours` without a failure (R16.6), or on a
-//! success. An exact reset time reported by the provider replaces the
-//! computed length of a new window (R6.7).
+//! further away — but it records a stronger reason, and a failed probe
+//! (the window's own, throttled test) starts its next step. Counters reset
+//! only after `failureWindowHours` without a failure (R16.6), or on a
+//! success, which clears the profile-wide record and the window of the
+//! model that answered, never a sibling's. An exact reset time reported by
+//! the provider replaces the computed length of a new window (R6.7).
 //!
 //! Which reason does what is never decided here by name: the caller passes
 //! the reason's declared [`ReasonBehaviour`].
 //!
 //! Worked example (default policy, reason `rate_limit` declared
-//! `cooldown; scope model`), times in minutes from 0:
+//! `cooldown; scope model`), times in minutes from 0; `cooldownModel` and
+//! `cooldownUntil` copy the model window that ends last, for the original's
+//! readers:
 //!
-//! | t  | event                       | errorCount | cooldownUntil | cooldownModel |
-//! |----|-----------------------------|-----------:|--------------:|---------------|
-//! | 0  | `gpt-5` rate-limited        | 1          | 1             | `gpt-5`       |
-//! | 0  | `gpt-5-mini` may still run  |            |               |               |
-//! | 0.5| `gpt-5-mini` rate-limited   | 2          | 1 (kept)      | — (widened)   |
-//! | 2  | `gpt-5` rate-limited again  | 3          | 27            | `gpt-5`       |
+//! | t  | event                       | gpt-5 window | gpt-5-mini window | errorCount | cooldownModel |
+//! |----|-----------------------------|-------------:|------------------:|-----------:|---------------|
+//! | 0  | `gpt-5` rate-limited        | 1 (n=1)      |                   | 1          | `gpt-5`       |
+//! | 0.5| `gpt-5-mini` rate-limited   | 1            | 1.5 (n=1)         | 2          | `gpt-5-mini`  |
+//! | 0.6| `o3` answers                | 1            | 1.5               | 0          | `gpt-5-mini`  |
+//! | 2  | `gpt-5` rate-limited again  | 7 (n=2)      | —                 | 1          | `gpt-5`       |
 
 use crate::compile::reasons::ReasonBehaviour;
 use crate::store::{AuthState, UsageStats, HOUR_MS, MINUTE_MS};
@@ -95,29 +101,69 @@ impl Block {
     }
 }
 
-/// What blocks `stats` for `model` at `now_ms` (`None`: usable). With
-/// `model` unknown, a model-scoped cooldown blocks (the safe answer). When
-/// both a disable and a cooldown are active the later expiry counts.
+/// What blocks `stats` for `model` at `now_ms` (`None`: usable): a
+/// disable, the profile-wide cooldown, or the model's own window (R7.3);
+/// another model's window never blocks. With `model` unknown, any model
+/// window blocks (the safe answer), the one that ends last standing for
+/// them. When several are active the later expiry counts.
 pub fn block_for(stats: &UsageStats, model: Option<&str>, now_ms: u64) -> Option<Block> {
-    let cooling = stats.cooldown_until.filter(|u| *u > now_ms).filter(|_| {
-        match (&stats.cooldown_model, model) {
-            (Some(scoped), Some(m)) => scoped == m,
-            _ => true,
-        }
+    let profile = stats
+        .profile_cooldown()
+        .filter(|(until, _)| *until > now_ms);
+    let own = match model {
+        Some(m) => stats.model_window(m),
+        None => stats.model_windows().max_by_key(|w| w.until),
+    }
+    .filter(|w| w.until > now_ms);
+    let profile_wide = |(until, reason): (u64, Option<&str>)| Block::Cooling {
+        until,
+        model: None,
+        reason: reason.map(str::to_string),
+    };
+    let cooling = match (profile, own) {
+        (Some(p), Some(w)) if w.until <= p.0 => Some(profile_wide(p)),
+        (Some(p), None) => Some(profile_wide(p)),
+        (_, Some(w)) => Some(Block::Cooling {
+            until: w.until,
+            model: Some(w.model.to_string()),
+            reason: w.reason.map(str::to_string),
+        }),
+        (None, None) => None,
+    };
+    let cooling = cooling.map(|c| match c {
+        // D4: a window without a recorded reason takes the reason the
+        // profile failed with most (`failureCounts`), as the original does.
+        Block::Cooling {
+            until,
+            model,
+            reason: None,
+        } => Block::Cooling {
+            until,
+            model,
+            reason: most_counted(stats),
+        },
+        other => other,
     });
     let disabled = stats.disabled_until.filter(|u| *u > now_ms);
     match (disabled, cooling) {
         (Some(d), c) => Some(Block::Disabled {
-            until: d.max(c.unwrap_or(0)),
+            until: d.max(c.map_or(0, |c| c.until())),
             reason: stats.disabled_reason.clone(),
         }),
-        (None, Some(c)) => Some(Block::Cooling {
-            until: c,
-            model: stats.cooldown_model.clone(),
-            reason: stats.cooldown_reason.clone(),
-        }),
-        (None, None) => None,
+        (None, c) => c,
     }
+}
+
+/// The reason counted most in `failureCounts` (ties: the first by name),
+/// when any is.
+fn most_counted(stats: &UsageStats) -> Option<String> {
+    let mut best: Option<(&String, u32)> = None;
+    for (r, n) in &stats.failure_counts {
+        if *n > 0 && best.is_none_or(|(_, b)| *n > b) {
+            best = Some((r, *n));
+        }
+    }
+    best.map(|(r, _)| r.clone())
 }
 
 #[cfg(test)]
@@ -154,7 +200,7 @@ pub(crate) fn soonest_expiry<'a>(
 }
 
 /// One failed attempt, as the executor knows it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub(crate) struct Failure<'a> {
     /// The reason's name (written to `cooldownReason` / `disabledReason`
     /// and counted in `failureCounts`).
@@ -165,6 +211,33 @@ pub(crate) struct Failure<'a> {
     pub model: Option<&'a str>,
     /// An exact reset time the provider reported (R6.7), epoch ms.
     pub reset_at: Option<u64>,
+    /// The attempt was a cooldown probe (R10, R16.1): its failure starts
+    /// the window's next step from now instead of keeping the window (R16.5).
+    pub probe: bool,
+    /// Whether this failure's reason outranks a recorded reason (by name):
+    /// a window kept by R16.5 then records the stronger reason (an `auth`
+    /// failure inside a `rate_limit` cooldown, R16.5). `None`: never.
+    pub outranks: Option<&'a (dyn Fn(&str) -> bool + Sync)>,
+}
+
+impl std::fmt::Debug for Failure<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Failure")
+            .field("reason", &self.reason)
+            .field("model", &self.model)
+            .field("reset_at", &self.reset_at)
+            .field("probe", &self.probe)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Failure<'_> {
+    fn outranks(&self, recorded: Option<&str>) -> bool {
+        match (self.outranks, recorded) {
+            (Some(f), Some(r)) => r != self.reason && f(r),
+            _ => false,
+        }
+    }
 }
 
 /// What [`record_failure`] did.
@@ -175,12 +248,16 @@ pub(crate) enum FailureEffect {
     Ignored,
     /// A new window started.
     Started(Block),
-    /// A window was already active and was kept (R16.5); `widened` when a
-    /// model-scoped cooldown now covers the whole profile.
-    Kept { block: Block, widened: bool },
+    /// A window was already active and was kept (R16.5).
+    Kept { block: Block },
 }
 
 /// Records a failure of `profile_id` (of `provider`) at `now_ms`.
+///
+/// A reason declared `scope model` with the model known cools that model
+/// only (`modelCooldowns`, R7.3): its own window, count and step (R7.4).
+/// Every other cooldown is profile-wide, every disable too. Either way the
+/// profile's `errorCount` and `failureCounts` count the failure.
 pub(crate) fn record_failure(
     state: &mut AuthState,
     profile_id: &str,
@@ -193,10 +270,12 @@ pub(crate) fn record_failure(
     if !b.cooldown && b.disable.is_none() {
         return FailureEffect::Ignored;
     }
+    let window_ms = policy.failure_window_ms();
     let s = state.stats_mut(profile_id);
+    s.migrate_model_window();
     // R16.6: counters reset only after a quiet failure window.
     if let Some(last) = s.last_failure_at {
-        if now_ms.saturating_sub(last) > policy.failure_window_ms() {
+        if now_ms.saturating_sub(last) > window_ms {
             s.error_count = 0;
             s.failure_counts.clear();
         }
@@ -219,62 +298,104 @@ pub(crate) fn record_failure(
         .filter(|r| *r > now_ms)
         .map(|r| r.min(now_ms.saturating_add(policy.provider_reset_cap_ms(b.disable, provider))));
 
-    if let Some(lane) = b.disable {
+    let effect = if let Some(lane) = b.disable {
         if let Some(until) = s.disabled_until.filter(|u| *u > now_ms) {
-            return FailureEffect::Kept {
+            if failure.outranks(s.disabled_reason.as_deref()) {
+                s.disabled_reason = Some(failure.reason.to_string());
+            }
+            FailureEffect::Kept {
                 block: Block::Disabled {
                     until,
                     reason: s.disabled_reason.clone(),
                 },
-                widened: false,
-            };
-        }
-        // Saturating: a configured backoff of 1e16 hours must disable for
-        // ever, not wrap around to "already over".
-        let until =
-            exact.unwrap_or(now_ms.saturating_add(policy.disable_ms(lane, provider, n_reason)));
-        s.disabled_until = Some(until);
-        s.disabled_reason = Some(failure.reason.to_string());
-        return FailureEffect::Started(Block::Disabled {
-            until,
-            reason: s.disabled_reason.clone(),
-        });
-    }
-
-    let scoped_model = failure.model.filter(|_| b.model_scoped);
-    if let Some(until) = s.cooldown_until.filter(|u| *u > now_ms) {
-        let widened = match (&s.cooldown_model, scoped_model) {
-            (Some(m), Some(f)) if m == f => false,
-            (Some(_), _) => true,
-            (None, _) => false,
-        };
-        if widened {
-            s.cooldown_model = None;
-        }
-        return FailureEffect::Kept {
-            block: Block::Cooling {
+            }
+        } else {
+            // Saturating: a configured backoff of 1e16 hours must disable
+            // for ever, not wrap around to "already over".
+            let until =
+                exact.unwrap_or(now_ms.saturating_add(policy.disable_ms(lane, provider, n_reason)));
+            s.disabled_until = Some(until);
+            s.disabled_reason = Some(failure.reason.to_string());
+            FailureEffect::Started(Block::Disabled {
                 until,
-                model: s.cooldown_model.clone(),
-                reason: s.cooldown_reason.clone(),
-            },
-            widened,
-        };
-    }
-    let until = exact.unwrap_or(now_ms.saturating_add(cooldown_ms(s.error_count)));
-    s.cooldown_until = Some(until);
-    s.cooldown_reason = Some(failure.reason.to_string());
-    s.cooldown_model = scoped_model.map(str::to_string);
-    FailureEffect::Started(Block::Cooling {
-        until,
-        model: s.cooldown_model.clone(),
-        reason: s.cooldown_reason.clone(),
-    })
+                reason: s.disabled_reason.clone(),
+            })
+        }
+    } else if let Some(m) = failure.model.filter(|_| b.model_scoped) {
+        let w = s.model_cooldowns.entry(m.to_string()).or_default();
+        if w.last_failure_at
+            .is_some_and(|last| now_ms.saturating_sub(last) > window_ms)
+        {
+            w.error_count = 0;
+        }
+        w.error_count = w.error_count.saturating_add(1);
+        w.last_failure_at = Some(now_ms);
+        match w.cooldown_until.filter(|u| *u > now_ms && !failure.probe) {
+            Some(until) => {
+                if failure.outranks(w.cooldown_reason.as_deref()) {
+                    w.cooldown_reason = Some(failure.reason.to_string());
+                }
+                FailureEffect::Kept {
+                    block: Block::Cooling {
+                        until,
+                        model: Some(m.to_string()),
+                        reason: w.cooldown_reason.clone(),
+                    },
+                }
+            }
+            None => {
+                let until = exact.unwrap_or(now_ms.saturating_add(cooldown_ms(w.error_count)));
+                w.cooldown_until = Some(until);
+                w.cooldown_reason = Some(failure.reason.to_string());
+                FailureEffect::Started(Block::Cooling {
+                    until,
+                    model: Some(m.to_string()),
+                    reason: w.cooldown_reason.clone(),
+                })
+            }
+        }
+    } else {
+        let active = s
+            .profile_cooldown()
+            .map(|(u, _)| u)
+            .filter(|u| *u > now_ms && !failure.probe);
+        match active {
+            Some(until) => {
+                if failure.outranks(s.cooldown_reason.as_deref()) {
+                    s.cooldown_reason = Some(failure.reason.to_string());
+                }
+                FailureEffect::Kept {
+                    block: Block::Cooling {
+                        until,
+                        model: None,
+                        reason: s.cooldown_reason.clone(),
+                    },
+                }
+            }
+            None => {
+                let until = exact.unwrap_or(now_ms.saturating_add(cooldown_ms(s.error_count)));
+                s.cooldown_until = Some(until);
+                s.cooldown_reason = Some(failure.reason.to_string());
+                s.cooldown_model = None;
+                FailureEffect::Started(Block::Cooling {
+                    until,
+                    model: None,
+                    reason: s.cooldown_reason.clone(),
+                })
+            }
+        }
+    };
+    s.prune_model_windows(now_ms, window_ms);
+    s.mirror_model_windows(now_ms);
+    effect
 }
 
 /// Records a success of `profile_id` with `model` at `now_ms`: the profile
-/// is marked used (round-robin, R6.2) and good for its provider, and its
-/// failure record is cleared — unless a cooldown scoped to another model is
-/// still running, which a sibling's success says nothing about.
+/// is marked used (round-robin, R6.2) and good for its provider, its
+/// profile-wide record is cleared (counts, cooldown, disable) and so is the
+/// window of the model that answered — never another model's window, which
+/// a sibling's success says nothing about (R7.3). A success of an unknown
+/// model clears every window.
 pub(crate) fn record_success(
     state: &mut AuthState,
     profile_id: &str,
@@ -288,10 +409,12 @@ pub(crate) fn record_success(
     );
     let s = state.stats_mut(profile_id);
     s.last_used = Some(now_ms);
-    let other_model_cooling = s.cooldown_until.is_some_and(|u| u > now_ms)
-        && matches!((&s.cooldown_model, model), (Some(c), Some(m)) if c != m);
-    if other_model_cooling {
-        return;
+    s.migrate_model_window();
+    match model {
+        Some(m) => {
+            s.model_cooldowns.remove(m);
+        }
+        None => s.model_cooldowns.clear(),
     }
     s.error_count = 0;
     s.failure_counts.clear();
@@ -300,6 +423,7 @@ pub(crate) fn record_success(
     s.cooldown_model = None;
     s.disabled_until = None;
     s.disabled_reason = None;
+    s.mirror_model_windows(now_ms);
 }
 
 /// `base · 2^(n−1)`, capped at `max` (or `base` when the cap is lower),
@@ -357,6 +481,8 @@ mod tests {
             behaviour: b,
             model,
             reset_at: None,
+            probe: false,
+            outranks: None,
         };
         record_failure(
             state,
@@ -400,7 +526,7 @@ mod tests {
         let b = auth();
         fail(&mut s, "auth", &b, None, T0);
         let e = fail(&mut s, "auth", &b, None, T0 + 30_000);
-        assert!(matches!(e, FailureEffect::Kept { widened: false, .. }));
+        assert!(matches!(e, FailureEffect::Kept { .. }), "{e:?}");
         assert_eq!(
             s.usage_stats["openai:a"].cooldown_until,
             Some(T0 + MINUTE_MS)
@@ -427,10 +553,12 @@ mod tests {
         assert!(!is_available(&s, "openai:a", Some("gpt-5-mini"), T0 + 3));
     }
 
-    // R7.3 (REFERENCE c): another model failing in the window widens scope,
-    // without extending the window.
+    // R7.3 (issue 51): another model failing records its own window, count
+    // and step; neither blocks nor escalates the other, and a third model
+    // of the profile stays usable (the original widened the first window
+    // to the whole profile: openclaw/openclaw #141255, #141257).
     #[test]
-    fn r7_3_other_model_failure_widens_scope() {
+    fn r7_3_each_model_has_its_own_window() {
         let mut s = AuthState::default();
         fail(&mut s, "rate_limit", &rate_limit(), Some("gpt-5"), T0);
         let e = fail(
@@ -440,14 +568,212 @@ mod tests {
             Some("gpt-5-mini"),
             T0 + 30_000,
         );
-        assert!(
-            matches!(e, FailureEffect::Kept { widened: true, .. }),
+        assert!(matches!(e, FailureEffect::Started(_)), "{e:?}");
+        let st = &s.usage_stats["openai:a"];
+        assert_eq!(
+            st.model_cooldowns["gpt-5"].cooldown_until,
+            Some(T0 + MINUTE_MS)
+        );
+        assert_eq!(
+            st.model_cooldowns["gpt-5-mini"].cooldown_until,
+            Some(T0 + 30_000 + MINUTE_MS),
+            "its own first step, not the profile's second"
+        );
+        assert_eq!(st.model_cooldowns["gpt-5-mini"].error_count, 1);
+        assert_eq!(st.error_count, 2, "the profile counts both");
+        // The original's fields copy the window that ends last.
+        assert_eq!(st.cooldown_model.as_deref(), Some("gpt-5-mini"));
+        assert_eq!(st.cooldown_until, Some(T0 + 30_000 + MINUTE_MS));
+        assert!(is_available(&s, "openai:a", Some("o3"), T0 + 40_000));
+        assert!(!is_available(&s, "openai:a", Some("gpt-5"), T0 + 40_000));
+        assert!(!is_available(&s, "openai:a", None, T0 + 40_000));
+        // gpt-5 expired, gpt-5-mini still cooling.
+        assert!(is_available(&s, "openai:a", Some("gpt-5"), T0 + MINUTE_MS));
+        assert!(!is_available(
+            &s,
+            "openai:a",
+            Some("gpt-5-mini"),
+            T0 + MINUTE_MS
+        ));
+        // gpt-5 fails again after its window: its own second step (5 min).
+        let e = fail(
+            &mut s,
+            "rate_limit",
+            &rate_limit(),
+            Some("gpt-5"),
+            T0 + MINUTE_MS,
+        );
+        assert_eq!(
+            e,
+            FailureEffect::Started(Block::Cooling {
+                until: T0 + 6 * MINUTE_MS,
+                model: Some("gpt-5".into()),
+                reason: Some("rate_limit".into()),
+            })
+        );
+    }
+
+    // R7.3: a success clears the window of the model that answered, and
+    // the profile's counters, never a sibling's window.
+    #[test]
+    fn r7_3_a_success_clears_its_own_model_only() {
+        let mut s = AuthState::default();
+        fail(&mut s, "rate_limit", &rate_limit(), Some("m1"), T0);
+        fail(&mut s, "rate_limit", &rate_limit(), Some("m2"), T0 + 1);
+        record_success(&mut s, "openai:a", "openai", Some("m2"), T0 + 2);
+        let st = &s.usage_stats["openai:a"];
+        assert!(!st.model_cooldowns.contains_key("m2"));
+        assert_eq!(
+            st.model_cooldowns["m1"].cooldown_until,
+            Some(T0 + MINUTE_MS)
+        );
+        assert_eq!(st.error_count, 0);
+        assert_eq!(
+            (st.cooldown_model.as_deref(), st.cooldown_until),
+            (Some("m1"), Some(T0 + MINUTE_MS)),
+            "the original's fields now copy m1's window"
+        );
+        assert!(!is_available(&s, "openai:a", Some("m1"), T0 + 3));
+        record_success(&mut s, "openai:a", "openai", Some("m1"), T0 + 4);
+        let st = &s.usage_stats["openai:a"];
+        assert!(st.model_cooldowns.is_empty());
+        assert_eq!(
+            (st.cooldown_model.as_deref(), st.cooldown_until),
+            (None, None)
+        );
+    }
+
+    // R16.5, R16.1: a failed probe restarts the window at the next step
+    // from now; an ordinary failure inside the window keeps it.
+    #[test]
+    fn r16_5_a_failed_probe_steps_the_window_up() {
+        let mut s = AuthState::default();
+        fail(&mut s, "rate_limit", &rate_limit(), Some("m1"), T0);
+        let f = Failure {
+            reason: "rate_limit",
+            behaviour: &rate_limit(),
+            model: Some("m1"),
+            reset_at: None,
+            probe: true,
+            outranks: None,
+        };
+        let e = record_failure(
+            &mut s,
+            "openai:a",
+            "openai",
+            &f,
+            &CooldownPolicy::default(),
+            T0 + 5_000,
+        );
+        assert_eq!(
+            e.clone(),
+            FailureEffect::Started(Block::Cooling {
+                until: T0 + 5_000 + 5 * MINUTE_MS,
+                model: Some("m1".into()),
+                reason: Some("rate_limit".into()),
+            }),
             "{e:?}"
         );
+    }
+
+    // R16.5 (issue 51, D3): a stronger reason inside an active window is
+    // recorded, the window's end is kept.
+    #[test]
+    fn r16_5_a_stronger_reason_is_recorded_in_a_kept_window() {
+        let mut s = AuthState::default();
+        let b = auth();
+        fail(&mut s, "rate_limit", &b, None, T0);
+        let stronger = |r: &str| r == "rate_limit";
+        let f = Failure {
+            reason: "auth",
+            behaviour: &b,
+            model: None,
+            reset_at: None,
+            probe: false,
+            outranks: Some(&stronger),
+        };
+        let e = record_failure(
+            &mut s,
+            "openai:a",
+            "openai",
+            &f,
+            &CooldownPolicy::default(),
+            T0 + 1,
+        );
+        assert!(matches!(e, FailureEffect::Kept { .. }), "{e:?}");
         let st = &s.usage_stats["openai:a"];
-        assert_eq!(st.cooldown_model, None);
-        assert_eq!(st.cooldown_until, Some(T0 + MINUTE_MS));
-        assert!(!is_available(&s, "openai:a", Some("o3"), T0 + 40_000));
+        assert_eq!(
+            (st.cooldown_until, st.cooldown_reason.as_deref()),
+            (Some(T0 + MINUTE_MS), Some("auth"))
+        );
+        // The weaker one after it changes nothing.
+        let weaker = |_: &str| false;
+        let f = Failure {
+            reason: "rate_limit",
+            outranks: Some(&weaker),
+            ..f
+        };
+        record_failure(
+            &mut s,
+            "openai:a",
+            "openai",
+            &f,
+            &CooldownPolicy::default(),
+            T0 + 2,
+        );
+        assert_eq!(
+            s.usage_stats["openai:a"].cooldown_reason.as_deref(),
+            Some("auth")
+        );
+    }
+
+    // Issue 51 migration: a file with the original's one model window (no
+    // `modelCooldowns`) is read as that model's window and moved into the
+    // map by the next update.
+    #[test]
+    fn a_cooldown_model_of_the_original_is_migrated() {
+        let mut s = AuthState::default();
+        {
+            let st = s.stats_mut("openai:a");
+            st.cooldown_until = Some(T0 + MINUTE_MS);
+            st.cooldown_model = Some("gpt-5".into());
+            st.cooldown_reason = Some("rate_limit".into());
+            st.error_count = 1;
+            st.last_failure_at = Some(T0);
+        }
+        assert!(!is_available(&s, "openai:a", Some("gpt-5"), T0 + 1));
+        assert!(is_available(&s, "openai:a", Some("o3"), T0 + 1));
+        fail(&mut s, "rate_limit", &rate_limit(), Some("o3"), T0 + 2);
+        let st = &s.usage_stats["openai:a"];
+        assert_eq!(
+            st.model_cooldowns["gpt-5"].cooldown_until,
+            Some(T0 + MINUTE_MS)
+        );
+        assert_eq!(
+            st.model_cooldowns["o3"].cooldown_until,
+            Some(T0 + 2 + MINUTE_MS)
+        );
+        assert_eq!(st.cooldown_model.as_deref(), Some("o3"));
+        assert!(!is_available(&s, "openai:a", Some("gpt-5"), T0 + 3));
+    }
+
+    // D4: a window without a recorded reason takes the most counted one.
+    #[test]
+    fn d4_a_block_without_reason_takes_the_most_counted() {
+        let st = UsageStats {
+            cooldown_until: Some(T0 + MINUTE_MS),
+            failure_counts: [("overloaded".to_string(), 1), ("timeout".to_string(), 3)].into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            block_for(&st, Some("m"), T0).unwrap().reason(),
+            Some("timeout")
+        );
+        let bare = UsageStats {
+            cooldown_until: Some(T0 + MINUTE_MS),
+            ..Default::default()
+        };
+        assert_eq!(block_for(&bare, Some("m"), T0).unwrap().reason(), None);
     }
 
     #[test]
@@ -520,6 +846,8 @@ mod tests {
             behaviour: &lane(DisableLane::Billing),
             model: None,
             reset_at: None,
+            probe: false,
+            outranks: None,
         };
         let e = record_failure(&mut s, "openai:a", "openai", &f, &policy, T0);
         let FailureEffect::Started(Block::Disabled { until, .. }) = e else {
@@ -541,6 +869,8 @@ mod tests {
             behaviour: &b,
             model: None,
             reset_at: None,
+            probe: false,
+            outranks: None,
         };
         let e = record_failure(&mut s, "openai:a", "openai", &f, &policy, T0);
         assert_eq!(
@@ -653,6 +983,8 @@ mod tests {
             behaviour: &b,
             model: Some("gpt-5"),
             reset_at: Some(reset),
+            probe: false,
+            outranks: None,
         };
         let weekly = CooldownPolicy::default()
             .with_provider_reset_max(std::time::Duration::from_secs(7 * 24 * 3600));
@@ -798,6 +1130,8 @@ mod tests {
                 behaviour: &b,
                 model: None,
                 reset_at: Some(far),
+                probe: false,
+                outranks: None,
             };
             record_failure(&mut s, "p:1", "p", &f, &p, T0);
             let st = &s.usage_stats["p:1"];

@@ -81,7 +81,7 @@ pub struct ReasonBehaviour {
     pub disable: Option<DisableLane>,
     /// `transient`: cooling siblings may still be probed (R10.4).
     pub transient: bool,
-    /// `scope model`: the cooldown records `cooldownModel` (R7.3).
+    /// `scope model`: the cooldown is the failing model's own window (`modelCooldowns`, R7.3).
     pub model_scoped: bool,
     /// `skip provider`: every model of the provider is skipped (R10.1).
     pub skip_provider: bool,

@@ -552,6 +552,21 @@ impl Runner {
         self.health.absorb("record a failure", r)
     }
 
+    /// R16.5: whether a failure of behaviour `b` outranks a recorded
+    /// reason, so that a window kept records it instead: told by
+    /// behaviour, a provider-wide skip (`auth`) outranks the rest, then a
+    /// failure that is not transient; a recorded name the rules do not
+    /// declare is outranked.
+    pub(crate) fn outranks<'s>(&'s self, b: &ReasonBehaviour) -> impl Fn(&str) -> bool + Sync + 's {
+        let rank = |b: &ReasonBehaviour| (u8::from(b.skip_provider) << 1) | u8::from(!b.transient);
+        let mine = rank(b);
+        let rs = self.engine.ruleset();
+        move |recorded: &str| {
+            rs.reason_id(recorded)
+                .is_none_or(|id| mine > rank(&rs.reason(id).behaviour))
+        }
+    }
+
     /// R10, R16.1–R16.3: every profile of `order` is blocked for the model.
     async fn cooldown_plan(
         &self,
@@ -598,8 +613,17 @@ impl Runner {
         }
         // R10.2, R16.2: disabled (billing) — only the primary, only alone or
         // near expiry, throttled.
+        // D4: a block with no reason recorded or counted is `unclassified`
+        // in the attempt, as the original records `unknown`.
+        let reason_of = |b: Option<&&Block>| {
+            Some(
+                b.and_then(|b| b.reason())
+                    .unwrap_or(crate::compile::reasons::UNCLASSIFIED)
+                    .to_string(),
+            )
+        };
         if blocks.iter().all(|b| matches!(b, Block::Disabled { .. })) {
-            let r = blocks.first().and_then(|b| b.reason()).map(str::to_string);
+            let r = reason_of(blocks.first());
             if is_primary
                 && disabled_probe_allowed(only_candidate, soonest, now)
                 && self.try_probe(p, now).await
@@ -616,7 +640,7 @@ impl Runner {
         }
         // The soonest block stands for the provider (blocked entries are
         // sorted soonest first).
-        let r = blocks.first().and_then(|b| b.reason()).map(str::to_string);
+        let r = reason_of(blocks.first());
         let cooling = format!("Provider {p} is in cooldown (all profiles unavailable)");
         if is_primary {
             // R10.3, R16.1.
@@ -1406,11 +1430,14 @@ impl Runner {
         let now = record.at_ms;
         walk.attempts.push(record);
         if let Some(id) = this.profile_id {
+            let outranks = self.outranks(verdict.behaviour);
             let f = Failure {
                 reason: verdict.name,
                 behaviour: verdict.behaviour,
                 model: Some(m),
                 reset_at: failure.reset_at,
+                probe: this.tries.probe,
+                outranks: Some(&outranks),
             };
             self.mark_failure(id, p, &f, now).await;
         }

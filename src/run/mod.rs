@@ -612,11 +612,14 @@ impl Runner {
             .classify(&failure.as_provider_error(provider, model));
         let reason = c.reason.to_string();
         if let Some(id) = profile_id {
+            let outranks = self.outranks(c.behaviour);
             let f = crate::auth::Failure {
                 reason: &reason,
                 behaviour: c.behaviour,
                 model: Some(model),
                 reset_at: failure.reset_at,
+                probe: false,
+                outranks: Some(&outranks),
             };
             self.mark_failure(id, provider, &f, self.now_ms()).await;
         }

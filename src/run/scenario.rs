@@ -12,10 +12,12 @@
 //! matches succeeds. An outcome is an `error` (status, code, type, message,
 //! body, `resetAfter`), a `reply`, a `liveSwitch: provider/model`, each
 //! optionally after a `delay`. A turn's `expect` lists what must happen:
-//! `attempts` (`model[@profile] outcome [reason]`), `notices`, `result`
+//! `attempts` (`model[@profile] outcome [reason]`), `probes` (the attempts
+//! that were cooldown probes, in the same form), `notices`, `result`
 //! (`ok` / `error`), `model`, `error` (the message), `session` fields and
-//! `usageStats` fields. Times in `usageStats` (input or expected) may be
-//! written as offsets from the start (`+1m`).
+//! `usageStats` fields (a field may be a path into the record:
+//! `modelCooldowns/gpt-5/cooldownUntil`). Times in `usageStats` (input or
+//! expected) may be written as offsets from the start (`+1m`).
 //!
 //! The clock is a [`ManualClock`] that only the scenario moves (turn
 //! offsets, delays, rotation backoffs through a [`VirtualSleeper`]), so a
@@ -171,6 +173,10 @@ pub struct Expect {
     /// Every attempt, in order: `model[@profile] outcome [reason]`.
     #[serde(default)]
     pub attempts: Option<Vec<String>>,
+    /// The attempts that were cooldown probes (R10, R16.1), in order, as
+    /// in `attempts`; `[]`: none was.
+    #[serde(default)]
+    pub probes: Option<Vec<String>>,
     /// Every fallback notice sent (R13), in order.
     #[serde(default)]
     pub notices: Option<Vec<String>>,
@@ -928,6 +934,15 @@ fn check(x: &Expect, r: &TurnReport, state: &Value) -> Vec<String> {
             .map(|(a, w)| attempt_line(a, w.is_some_and(|w| w.contains('@'))))
             .collect();
         out.extend(list_diff("attempts", want, &got));
+    }
+    if let Some(want) = &x.probes {
+        let probes: Vec<&AttemptRecord> = r.attempts.iter().filter(|a| a.probe).collect();
+        let got: Vec<String> = probes
+            .iter()
+            .zip(want.iter().map(Some).chain(std::iter::repeat(None)))
+            .map(|(a, w)| attempt_line(a, w.is_some_and(|w| w.contains('@'))))
+            .collect();
+        out.extend(list_diff("probes", want, &got));
     }
     if let Some(want) = &x.notices {
         out.extend(list_diff("notices", want, &r.notices));

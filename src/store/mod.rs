@@ -115,7 +115,7 @@ pub(crate) use sessions::OverrideSource;
 pub use sessions::{SessionEntry, SessionStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
-pub use state::{AuthState, UsageStats};
+pub use state::{AuthState, ModelCooldown, ModelWindow, UsageStats};
 
 use crate::fsio::display_name;
 

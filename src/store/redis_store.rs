@@ -922,22 +922,29 @@ fn merge_stats(
     if base == Some(Some(r)) {
         return local.clone();
     }
+    // Files written before per-model windows (R7.3) hold one model window
+    // in `cooldownModel`: each side's is moved into its map first.
+    let migrated = |s: &UsageStats| {
+        let mut s = s.clone();
+        s.migrate_model_window();
+        s
+    };
+    let (r, local) = (&migrated(r), &migrated(local));
+    let base = base.map(|b| b.map(migrated));
+    let base = base.as_ref().map(Option::as_ref);
     let later = |a: Option<u64>, b: Option<u64>| a.max(b);
     let known_success = later(base.flatten().and_then(|b| b.last_used), r.last_used);
     let success = local.last_used.filter(|t| Some(*t) > known_success);
-    if let Some(t) = success.filter(|t| r.last_failure_at.is_none_or(|f| f <= *t)) {
+    let mut m = if let Some(t) = success.filter(|t| r.last_failure_at.is_none_or(|f| f <= *t)) {
         let mut m = local.clone();
-        let theirs = r.cooldown_model.is_some()
-            && r.cooldown_until > local.cooldown_until
-            && base.flatten().map(|b| b.cooldown_until) != Some(r.cooldown_until);
-        if theirs {
-            m.cooldown_until = r.cooldown_until;
-            m.cooldown_reason = r.cooldown_reason.clone();
-            m.cooldown_model = r.cooldown_model.clone();
-            m.error_count = r.error_count.max(local.error_count);
-            for (k, v) in &r.failure_counts {
-                let e = m.failure_counts.entry(k.clone()).or_insert(0);
-                *e = (*e).max(*v);
+        // A model window another replica set meanwhile stays, with its
+        // count: the local success may have been on another model (R7.3);
+        // the cost of keeping it wrongly is one probe.
+        for (model, theirs) in &r.model_cooldowns {
+            let seen = base.flatten().and_then(|b| b.model_cooldowns.get(model));
+            let mine = m.model_cooldowns.get(model);
+            if seen != Some(theirs) && theirs.cooldown_until > mine.and_then(|c| c.cooldown_until) {
+                m.model_cooldowns.insert(model.clone(), theirs.clone());
             }
         }
         m.last_used = Some(t);
@@ -946,29 +953,51 @@ fn merge_stats(
         for (k, v) in &r.extra {
             m.extra.entry(k.clone()).or_insert_with(|| v.clone());
         }
-        return m;
-    }
-    let mut m = r.clone();
-    m.error_count = r.error_count.max(local.error_count);
-    for (k, v) in &local.failure_counts {
-        let e = m.failure_counts.entry(k.clone()).or_insert(0);
-        *e = (*e).max(*v);
-    }
-    if local.cooldown_until > r.cooldown_until {
-        m.cooldown_until = local.cooldown_until;
-        m.cooldown_reason = local.cooldown_reason.clone();
-        m.cooldown_model = local.cooldown_model.clone();
-    }
-    if local.disabled_until > r.disabled_until {
-        m.disabled_until = local.disabled_until;
-        m.disabled_reason = local.disabled_reason.clone();
-    }
-    m.last_used = later(r.last_used, local.last_used);
-    m.last_failure_at = later(r.last_failure_at, local.last_failure_at);
-    m.last_probe_at = later(r.last_probe_at, local.last_probe_at);
-    for (k, v) in &local.extra {
-        m.extra.insert(k.clone(), v.clone());
-    }
+        m
+    } else {
+        let mut m = r.clone();
+        m.error_count = r.error_count.max(local.error_count);
+        for (k, v) in &local.failure_counts {
+            let e = m.failure_counts.entry(k.clone()).or_insert(0);
+            *e = (*e).max(*v);
+        }
+        // The profile-wide cooldown: the later deadline, with its reason.
+        let (rp, lp) = (r.profile_cooldown(), local.profile_cooldown());
+        if lp.map(|p| p.0) > rp.map(|p| p.0) {
+            m.cooldown_until = local.cooldown_until;
+            m.cooldown_reason = local.cooldown_reason.clone();
+            m.cooldown_model = None;
+        }
+        // Each model's window likewise; counts never go back.
+        for (model, mine) in &local.model_cooldowns {
+            let e = m.model_cooldowns.entry(model.clone()).or_default();
+            if mine.cooldown_until > e.cooldown_until {
+                e.cooldown_until = mine.cooldown_until;
+                e.cooldown_reason = mine.cooldown_reason.clone();
+            }
+            e.error_count = e.error_count.max(mine.error_count);
+            e.last_failure_at = later(e.last_failure_at, mine.last_failure_at);
+        }
+        if local.disabled_until > r.disabled_until {
+            m.disabled_until = local.disabled_until;
+            m.disabled_reason = local.disabled_reason.clone();
+        }
+        m.last_used = later(r.last_used, local.last_used);
+        m.last_failure_at = later(r.last_failure_at, local.last_failure_at);
+        m.last_probe_at = later(r.last_probe_at, local.last_probe_at);
+        for (k, v) in &local.extra {
+            m.extra.insert(k.clone(), v.clone());
+        }
+        m
+    };
+    // The original's fields copy the model window that ends last, as of
+    // the latest event either side knows.
+    let now = [m.last_used, m.last_failure_at, m.last_probe_at]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0);
+    m.mirror_model_windows(now);
     m
 }
 
@@ -1591,7 +1620,8 @@ mod tests {
         let m = merge_stats(Some(Some(&base)), Some(&scoped), &local);
         assert_eq!(m.cooldown_until, Some(T + 600_000));
         assert_eq!(m.cooldown_model.as_deref(), Some("other"));
-        assert_eq!(m.error_count, 2);
+        assert_eq!(m.model_cooldowns["other"].error_count, 2, "its count kept");
+        assert_eq!(m.error_count, 0, "the profile's count is the success's");
         assert_eq!(m.last_used, Some(T + 60_000));
     }
 
@@ -1645,8 +1675,61 @@ mod tests {
         // A later one is theirs, with its reason and the larger count.
         remote.cooldown_until = Some(T + 900_000);
         let m = merge_stats(Some(Some(&base)), Some(&remote), &local);
-        assert_eq!(m.error_count, 4);
+        assert_eq!(m.model_cooldowns["other"].error_count, 4);
         assert_eq!(m.cooldown_reason.as_deref(), Some("overloaded"));
+    }
+
+    // R7.3 (issue 51): failures of different models on two replicas
+    // during an outage both stand, each model's window and count its own.
+    #[test]
+    fn model_windows_of_both_sides_merge_per_model() {
+        let window = |until: u64, n: u32| crate::store::ModelCooldown {
+            cooldown_until: Some(until),
+            cooldown_reason: Some("rate_limit".into()),
+            error_count: n,
+            last_failure_at: Some(T),
+            ..Default::default()
+        };
+        let base = UsageStats::default();
+        let mut local = UsageStats {
+            error_count: 1,
+            last_failure_at: Some(T),
+            ..Default::default()
+        };
+        local
+            .model_cooldowns
+            .insert("m1".into(), window(T + 60_000, 1));
+        local
+            .model_cooldowns
+            .insert("m2".into(), window(T + 300_000, 2));
+        let mut remote = UsageStats {
+            error_count: 2,
+            last_failure_at: Some(T + 1),
+            ..Default::default()
+        };
+        remote
+            .model_cooldowns
+            .insert("m2".into(), window(T + 60_000, 3));
+        remote
+            .model_cooldowns
+            .insert("m3".into(), window(T + 120_000, 1));
+        let m = merge_stats(Some(Some(&base)), Some(&remote), &local);
+        let got: Vec<_> = m
+            .model_cooldowns
+            .iter()
+            .map(|(k, c)| (k.as_str(), c.cooldown_until.unwrap() - T, c.error_count))
+            .collect();
+        assert_eq!(
+            got,
+            [("m1", 60_000, 1), ("m2", 300_000, 3), ("m3", 120_000, 1)]
+        );
+        assert_eq!(m.error_count, 2);
+        assert_eq!(
+            m.cooldown_model.as_deref(),
+            Some("m2"),
+            "the latest window mirrored"
+        );
+        assert_eq!(m.cooldown_until, Some(T + 300_000));
     }
 
     // Failures on both sides: each deadline takes the later one with its

@@ -102,9 +102,170 @@ pub struct UsageStats {
         skip_serializing_if = "Option::is_none"
     )]
     pub last_probe_at: Option<u64>,
+    /// `modelCooldowns`: the cooldown of each model of this profile that
+    /// failed with a model-scoped reason (SPEC R7.3), by model id. The
+    /// authority for model windows; see [`UsageStats::model_windows`] for
+    /// what `cooldownModel` holds beside it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub model_cooldowns: BTreeMap<String, ModelCooldown>,
     /// Every field another subsystem owns, kept as it was.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// One model's cooldown on a profile (`modelCooldowns.<model>`, SPEC R7.3,
+/// R7.4): its own window, reason and error count, so that one model's
+/// failures neither block nor escalate a sibling model of the same
+/// profile.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelCooldown {
+    /// `cooldownUntil`: the model is cooling on this profile until then (epoch ms).
+    #[serde(
+        default,
+        deserialize_with = "de_opt_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cooldown_until: Option<u64>,
+    /// `cooldownReason`: the reason of the failure that started the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown_reason: Option<String>,
+    /// `errorCount`: this model's failures inside the failure window; its
+    /// window's step (R7.4).
+    #[serde(default, deserialize_with = "de_count")]
+    pub error_count: u32,
+    /// `lastFailureAt`: when this model last failed on this profile (epoch ms).
+    #[serde(
+        default,
+        deserialize_with = "de_opt_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub last_failure_at: Option<u64>,
+    /// Fields a newer build writes, kept as they were.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A model's window as [`UsageStats::model_windows`] reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelWindow<'a> {
+    /// The model id.
+    pub model: &'a str,
+    /// The end of its window (epoch ms).
+    pub until: u64,
+    /// The reason that started it, when recorded.
+    pub reason: Option<&'a str>,
+}
+
+impl UsageStats {
+    /// The profile-wide cooldown (`cooldownUntil` without `cooldownModel`):
+    /// its end and reason, active or not.
+    pub fn profile_cooldown(&self) -> Option<(u64, Option<&str>)> {
+        match (&self.cooldown_model, self.cooldown_until) {
+            (None, Some(until)) => Some((until, self.cooldown_reason.as_deref())),
+            _ => None,
+        }
+    }
+
+    /// Every model window recorded on this profile, active or not.
+    ///
+    /// `modelCooldowns` holds them. The original's fields keep their
+    /// meaning for its readers: when no profile-wide cooldown is running,
+    /// `cooldownUntil` / `cooldownReason` / `cooldownModel` copy the model
+    /// window that ends last (so a reader that knows one model window sees
+    /// the longest one), and `errorCount` counts the profile's failures of
+    /// every model. A `cooldownModel` that `modelCooldowns` does not name —
+    /// a file the original or an earlier build wrote — is that model's
+    /// window, and the next update moves it into the map
+    /// ([`UsageStats::migrate_model_window`]).
+    pub fn model_windows(&self) -> impl Iterator<Item = ModelWindow<'_>> {
+        let legacy = match (&self.cooldown_model, self.cooldown_until) {
+            (Some(m), Some(until)) if !self.model_cooldowns.contains_key(m) => Some(ModelWindow {
+                model: m.as_str(),
+                until,
+                reason: self.cooldown_reason.as_deref(),
+            }),
+            _ => None,
+        };
+        self.model_cooldowns
+            .iter()
+            .filter_map(|(m, c)| {
+                Some(ModelWindow {
+                    model: m.as_str(),
+                    until: c.cooldown_until?,
+                    reason: c.cooldown_reason.as_deref(),
+                })
+            })
+            .chain(legacy)
+    }
+
+    /// The window of `model`, active or not.
+    pub fn model_window(&self, model: &str) -> Option<ModelWindow<'_>> {
+        self.model_windows().find(|w| w.model == model)
+    }
+
+    /// Moves a `cooldownModel` window that `modelCooldowns` does not name
+    /// into it (the migration of a file written before per-model windows;
+    /// its count is the profile's, the only one that file had).
+    pub fn migrate_model_window(&mut self) {
+        if let (Some(m), Some(until)) = (&self.cooldown_model, self.cooldown_until) {
+            if !self.model_cooldowns.contains_key(m) {
+                self.model_cooldowns.insert(
+                    m.clone(),
+                    ModelCooldown {
+                        cooldown_until: Some(until),
+                        cooldown_reason: self.cooldown_reason.clone(),
+                        error_count: self.error_count.max(1),
+                        last_failure_at: self.last_failure_at,
+                        extra: Map::new(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Drops the model windows over at `now_ms` whose last failure is also
+    /// past the failure window (`window_ms`, R16.6): their counts would
+    /// reset anyway, and the map must not grow with every model ever used.
+    pub fn prune_model_windows(&mut self, now_ms: u64, window_ms: u64) {
+        self.model_cooldowns.retain(|_, c| {
+            c.cooldown_until.is_some_and(|u| u > now_ms)
+                || c.last_failure_at
+                    .is_some_and(|f| now_ms.saturating_sub(f) <= window_ms)
+        });
+    }
+
+    /// Rewrites the original's fields from the model windows (see
+    /// [`UsageStats::model_windows`]): unless a profile-wide cooldown is
+    /// running at `now_ms`, they copy the active model window that ends
+    /// last, or are cleared when they held a model window and none is
+    /// active.
+    pub fn mirror_model_windows(&mut self, now_ms: u64) {
+        if self
+            .profile_cooldown()
+            .is_some_and(|(until, _)| until > now_ms)
+        {
+            return;
+        }
+        let latest = self
+            .model_cooldowns
+            .iter()
+            .filter_map(|(m, c)| Some((c.cooldown_until.filter(|u| *u > now_ms)?, m, c)))
+            .max_by_key(|(until, _, _)| *until);
+        match latest {
+            Some((until, m, c)) => {
+                self.cooldown_until = Some(until);
+                self.cooldown_reason = c.cooldown_reason.clone();
+                self.cooldown_model = Some(m.clone());
+            }
+            None if self.cooldown_model.is_some() => {
+                self.cooldown_until = None;
+                self.cooldown_reason = None;
+                self.cooldown_model = None;
+            }
+            None => {}
+        }
+    }
 }
 
 /// The whole routing-state document.

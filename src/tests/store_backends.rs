@@ -131,6 +131,8 @@ async fn fail(store: &dyn AsyncStore, id: &str, reason: &str, now: u64) {
         behaviour: &b,
         model: Some("gpt"),
         reset_at: None,
+        probe: false,
+        outranks: None,
     };
     let policy = CooldownPolicy::default();
     edit_profile(store, id, "openai", |s| {

@@ -46,6 +46,8 @@ fn work(root: &Path, worker: usize) {
                 behaviour: &b,
                 model: None,
                 reset_at: None,
+                probe: false,
+                outranks: None,
             };
             mark_failure(&store, "p:shared", "p", &f, &policy, NOW).unwrap();
         } else {

@@ -54,6 +54,8 @@ async fn a_success_during_an_outage_is_not_undone_by_the_merge() {
         behaviour: &behaviour,
         model: None,
         reset_at: Some(t0 + 600_000),
+        probe: false,
+        outranks: None,
     };
     let policy = CooldownPolicy::default();
     edit_profile(&b, "openai:a", "openai", |s| {

@@ -163,6 +163,8 @@ async fn a_success_against_a_stale_view_retries_and_loses_nothing() {
                     behaviour: &behaviour,
                     model: Some("gpt-other"),
                     reset_at: None,
+                    probe: false,
+                    outranks: None,
                 };
                 edit_profile(b.as_ref(), "openai:default", "openai", |st| {
                     record_failure(st, "openai:default", "openai", &f, &policy, now)
@@ -188,9 +190,17 @@ async fn a_success_against_a_stale_view_retries_and_loses_nothing() {
     );
     let st = Store::load_state(b.as_ref()).unwrap();
     let s = &st.usage_stats["openai:default"];
-    assert_eq!(s.error_count, 1, "B's failure still counts");
+    // R7.3: A's success resets the profile's counters and leaves B's
+    // window on another model, with its count, as it was.
+    assert_eq!(s.error_count, 0, "A's success resets the profile's count");
+    let w = &s.model_cooldowns["gpt-other"];
+    assert_eq!(w.error_count, 1, "B's failure still counts for its model");
+    assert!(w.cooldown_until.is_some_and(|u| u > now), "B's window kept");
     assert_eq!(s.cooldown_model.as_deref(), Some("gpt-other"));
-    assert!(s.cooldown_until.is_some_and(|u| u > now), "B's window kept");
+    assert_eq!(
+        s.cooldown_until, w.cooldown_until,
+        "mirrored for the original's readers"
+    );
     assert!(
         s.last_used.is_some_and(|t| t >= now),
         "A's success recorded"
@@ -232,6 +242,8 @@ async fn a_stale_memory_costs_a_retry_and_loses_nothing() {
         behaviour: &behaviour,
         model: Some("gpt"),
         reset_at: None,
+        probe: false,
+        outranks: None,
     };
     let policy = CooldownPolicy::default();
     let fail = |s: Arc<RedisStore>, now: u64| {

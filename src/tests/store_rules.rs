@@ -38,6 +38,8 @@ fn fail<'a>(reason: &'a str, b: &'a ReasonBehaviour, model: Option<&'a str>) -> 
         behaviour: b,
         model,
         reset_at: None,
+        probe: false,
+        outranks: None,
     }
 }
 
@@ -228,7 +230,7 @@ enum Event {
 }
 
 const REASONS: [&str; 5] = ["rate_limit", "auth", "billing", "auth_permanent", "timeout"];
-const MODELS: [Option<&str>; 3] = [Some("gpt-5"), Some("gpt-5-mini"), None];
+const MODELS: [Option<&str>; 4] = [Some("gpt-5"), Some("gpt-5-mini"), Some("o3"), None];
 
 fn event() -> impl Strategy<Value = Event> {
     let after = prop_oneof![0..MINUTE_MS, 0..2 * HOUR_MS, 0..3 * DAY_MS];
@@ -267,13 +269,18 @@ proptest! {
                         FailureEffect::Kept { block, .. } => {
                             // R16.5: the active window keeps its end.
                             match block {
-                                Block::Cooling { until, .. } => prop_assert_eq!(Some(until), before.cooldown_until),
+                                Block::Cooling { until, model: Some(m), .. } => prop_assert_eq!(Some(until), before.model_window(&m).map(|w| w.until)),
+                                Block::Cooling { until, model: None, .. } => prop_assert_eq!(Some(until), before.profile_cooldown().map(|p| p.0)),
                                 Block::Disabled { until, .. } => prop_assert_eq!(Some(until), before.disabled_until),
                             }
                         }
-                        FailureEffect::Started(Block::Cooling { until, .. }) => {
+                        FailureEffect::Started(Block::Cooling { until, model, .. }) => {
                             prop_assert!(until > now && until - now <= HOUR_MS, "R7.4 cap");
-                            prop_assert!(before.cooldown_until.is_none_or(|u| u <= now));
+                            let was = match &model {
+                                Some(m) => before.model_window(m).map(|w| w.until),
+                                None => before.profile_cooldown().map(|p| p.0),
+                            };
+                            prop_assert!(was.is_none_or(|u| u <= now));
                         }
                         FailureEffect::Started(Block::Disabled { until, reason }) => {
                             let cap = if reason.as_deref() == Some("billing") { 24 * HOUR_MS } else { HOUR_MS };
@@ -293,15 +300,18 @@ proptest! {
 }
 
 /// A reference model of R7.3, R7.4, R8.1, R8.4, R16.4–R16.6 for one
-/// profile, written as tables rather than formulas so that it shares no
-/// arithmetic with `auth::cooldown`: the default policy's windows, exactly.
+/// profile and several models, written as tables rather than formulas so
+/// that it shares no arithmetic with `auth::cooldown`: the default
+/// policy's windows, exactly.
 #[derive(Clone, Debug, Default)]
 struct Reference {
     errors: u32,
     per_reason: BTreeMap<String, u32>,
     last_failure: Option<u64>,
-    /// `(until, model, reason)`.
-    cooling: Option<(u64, Option<String>, String)>,
+    /// The profile-wide cooldown: `(until, reason)`.
+    cooling: Option<(u64, String)>,
+    /// Per model (R7.3): `(until, reason, errors, last failure)`.
+    models: BTreeMap<String, (u64, String, u32, u64)>,
     /// `(until, reason)`.
     disabled: Option<(u64, String)>,
 }
@@ -320,6 +330,14 @@ fn nth(table: &[u64; 4], n: u32) -> u64 {
 impl Reference {
     /// The window a failure starts or keeps: `(until, started)`.
     fn fail(&mut self, reason: &str, model: Option<&str>, now: u64) -> (u64, bool) {
+        let out = self.window(reason, model, now);
+        // Model windows over and a day past their last failure are gone.
+        self.models
+            .retain(|_, (until, _, _, last)| *until > now || now - *last <= DAY_MS);
+        out
+    }
+
+    fn window(&mut self, reason: &str, model: Option<&str>, now: u64) -> (u64, bool) {
         // R16.6: the counters restart after a day without a failure.
         if self.last_failure.is_some_and(|t| now - t > DAY_MS) {
             self.errors = 0;
@@ -342,32 +360,43 @@ impl Reference {
             self.disabled = Some((now + len, reason.into()));
             return (now + len, true);
         }
-        // Only rate_limit is declared `scope model` among the sampled reasons.
-        let scoped = model.filter(|_| reason == "rate_limit").map(String::from);
-        if let Some((until, cooled_model, _)) = self.cooling.as_mut().filter(|c| c.0 > now) {
-            // R7.3: a failure of another (or an unknown) model widens the
-            // scope to the whole profile; R16.5: the end is kept.
-            if cooled_model.is_some() && *cooled_model != scoped {
-                *cooled_model = None;
+        // Only rate_limit is declared `scope model` among the sampled
+        // reasons: with the model known it cools that model only, on its
+        // own count (R7.3, R7.4).
+        if let Some(m) = model.filter(|_| reason == "rate_limit") {
+            let w = self.models.entry(m.into()).or_default();
+            if w.2 > 0 && now - w.3 > DAY_MS {
+                w.2 = 0;
             }
+            w.2 += 1;
+            w.3 = now;
+            if w.0 > now {
+                return (w.0, false);
+            }
+            w.0 = now + nth(&COOLDOWN_MINUTES, w.2) * MINUTE_MS;
+            w.1 = reason.into();
+            return (w.0, true);
+        }
+        if let Some((until, _)) = self.cooling.as_ref().filter(|c| c.0 > now) {
             return (*until, false);
         }
         let until = now + nth(&COOLDOWN_MINUTES, self.errors) * MINUTE_MS;
-        self.cooling = Some((until, scoped, reason.into()));
+        self.cooling = Some((until, reason.into()));
         (until, true)
     }
 
-    fn succeed(&mut self, model: Option<&str>, now: u64) {
-        let sibling_cooling = matches!(
-            (&self.cooling, model),
-            (Some((until, Some(c), _)), Some(m)) if *until > now && c != m
-        );
-        if !sibling_cooling {
-            *self = Reference {
-                last_failure: self.last_failure,
-                ..Reference::default()
-            };
+    fn succeed(&mut self, model: Option<&str>) {
+        match model {
+            Some(m) => {
+                self.models.remove(m);
+            }
+            None => self.models.clear(),
         }
+        *self = Reference {
+            last_failure: self.last_failure,
+            models: std::mem::take(&mut self.models),
+            ..Reference::default()
+        };
     }
 }
 
@@ -389,7 +418,7 @@ proptest! {
                 Event::Succeed { model, after_ms } => {
                     now += after_ms;
                     record_success(&mut state, "p:a", "p", MODELS[model], now);
-                    reference.succeed(MODELS[model], now);
+                    reference.succeed(MODELS[model]);
                 }
                 Event::Fail { reason, model, after_ms } => {
                     now += after_ms;
@@ -407,8 +436,20 @@ proptest! {
             let s = state.stats("p:a").cloned().unwrap_or_default();
             prop_assert_eq!(s.error_count, reference.errors);
             prop_assert_eq!(&s.failure_counts, &reference.per_reason);
-            let cooling = s.cooldown_until.map(|u| (u, s.cooldown_model.clone(), s.cooldown_reason.clone().unwrap_or_default()));
-            prop_assert_eq!(cooling, reference.cooling.clone());
+            let active = |c: &Option<(u64, String)>| c.clone().filter(|c| c.0 > now);
+            let cooling = s.profile_cooldown().map(|(u, r)| (u, r.unwrap_or_default().to_string()));
+            prop_assert_eq!(active(&cooling), active(&reference.cooling));
+            let models: BTreeMap<String, (u64, String, u32, u64)> = s.model_cooldowns.iter().map(|(m, c)| {
+                (m.clone(), (c.cooldown_until.unwrap_or(0), c.cooldown_reason.clone().unwrap_or_default(), c.error_count, c.last_failure_at.unwrap_or(0)))
+            }).collect();
+            prop_assert_eq!(&models, &reference.models);
+            // The original's fields copy the model window that ends last
+            // while no profile-wide cooldown runs.
+            let latest = reference.models.iter().filter(|(_, w)| w.0 > now).max_by_key(|(_, w)| w.0);
+            if let (None, Some((m, w))) = (active(&reference.cooling), latest) {
+                prop_assert_eq!(s.cooldown_model.as_deref(), Some(m.as_str()));
+                prop_assert_eq!(s.cooldown_until, Some(w.0));
+            }
             let disabled = s.disabled_until.map(|u| (u, s.disabled_reason.clone().unwrap_or_default()));
             prop_assert_eq!(disabled, reference.disabled.clone());
         }

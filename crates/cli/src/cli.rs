@@ -110,7 +110,12 @@ pub(crate) struct RulesArgs {
     /// A model file from `failover model train` to consult where no text
     /// rule decides, instead of the embedded one (docs/model.md). (`--model`
     /// is the model of a request or an error in `classify` and `chain`.)
-    #[arg(long = "model-file", value_name = "FILE", conflicts_with = "no_model")]
+    #[arg(
+        id = "model_file",
+        long = "model-file",
+        value_name = "FILE",
+        conflicts_with = "no_model"
+    )]
     pub(crate) model: Option<PathBuf>,
     /// Consult no model: the rules alone decide, exactly as without one.
     #[arg(long)]

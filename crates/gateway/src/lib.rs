@@ -432,27 +432,32 @@ async fn metrics_text(State(gw): Gw, headers: HeaderMap) -> Response {
         );
         return resp;
     }
-    let cooling = {
+    let (cooling, models_cooling) = {
         let now = failover::time::Clock::now_ms(&failover::time::SystemClock);
         let mut by: std::collections::BTreeMap<String, i64> = Default::default();
+        let mut models: std::collections::BTreeMap<(String, String), i64> = Default::default();
         for r in set.runners.values() {
             let Ok(st) = r.face().load_state().await else {
                 continue;
             };
             for (id, s) in &st.usage_stats {
-                let blocked = s.cooldown_until.is_some_and(|u| u > now)
-                    || s.disabled_until.is_some_and(|u| u > now);
-                if blocked {
-                    let p = failover::state::provider_of_id(id).unwrap_or("unknown");
-                    *by.entry(p.to_ascii_lowercase()).or_default() += 1;
+                let p = failover::state::provider_of_id(id)
+                    .unwrap_or("unknown")
+                    .to_ascii_lowercase();
+                if failover::routing::block_for(s, None, now).is_some() {
+                    *by.entry(p.clone()).or_default() += 1;
+                }
+                for w in s.model_windows().filter(|w| w.until > now) {
+                    *models.entry((p.clone(), w.model.to_string())).or_default() += 1;
                 }
             }
         }
-        by.into_iter().collect::<Vec<_>>()
+        (by.into_iter().collect(), models.into_iter().collect())
     };
     let health = gw.stores.health();
     let view = StateView {
         cooling,
+        models_cooling,
         write_failures: health.write_failures(),
         degraded: health.degraded().is_some(),
         backends: set

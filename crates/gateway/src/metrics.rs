@@ -30,6 +30,7 @@ pub(crate) mod names {
     pub(crate) const FALLBACKS: &str = "fallbacks";
     pub(crate) const WINDOWS_STARTED: &str = "windows_started";
     pub(crate) const PROFILES_COOLING: &str = "profiles_cooling";
+    pub(crate) const MODELS_COOLING: &str = "models_cooling";
     pub(crate) const PROBES: &str = "probes";
     pub(crate) const UPSTREAM_LATENCY: &str = "upstream_latency_seconds";
     pub(crate) const UPSTREAM_FIRST_BYTE: &str = "upstream_first_byte_seconds";
@@ -89,6 +90,12 @@ struct ProviderLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    provider: String,
+    model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
     outcome: &'static str,
 }
@@ -109,6 +116,9 @@ struct AgentLabels {
 pub(crate) struct StateView {
     /// Profiles blocked now, by provider.
     pub(crate) cooling: Vec<(String, i64)>,
+    /// Model windows running now (R7.3): profiles on which the model is
+    /// cooling, by provider and model.
+    pub(crate) models_cooling: Vec<((String, String), i64)>,
     /// State writes that failed since start.
     pub(crate) write_failures: u64,
     /// Whether the last state write failed.
@@ -131,6 +141,7 @@ pub struct Metrics {
     fallbacks: Counter,
     windows: Family<KindLabels, Counter>,
     cooling: Family<ProviderLabels, Gauge>,
+    models_cooling: Family<ModelLabels, Gauge>,
     probes: Family<OutcomeLabels, Counter>,
     latency: Family<ProviderLabels, Histogram, fn() -> Histogram>,
     ttfb: Family<ProviderLabels, Histogram, fn() -> Histogram>,
@@ -191,6 +202,12 @@ impl Metrics {
             PROFILES_COOLING,
             "Auth profiles in cooldown or disabled now, by provider",
             cooling.clone(),
+        );
+        let models_cooling = Family::<ModelLabels, Gauge>::default();
+        registry.register(
+            MODELS_COOLING,
+            "Model-scoped cooldowns running now (R7.3): auth profiles on which the model is cooling, by provider and model",
+            models_cooling.clone(),
         );
         let probes = Family::<OutcomeLabels, Counter>::default();
         registry.register(PROBES, "Cooldown probes by outcome", probes.clone());
@@ -267,6 +284,7 @@ impl Metrics {
             fallbacks,
             windows,
             cooling,
+            models_cooling,
             probes,
             latency,
             ttfb,
@@ -389,6 +407,15 @@ impl Metrics {
                 })
                 .set(*n);
         }
+        self.models_cooling.clear();
+        for ((provider, model), n) in &state.models_cooling {
+            self.models_cooling
+                .get_or_create(&ModelLabels {
+                    provider: provider.clone(),
+                    model: model.clone(),
+                })
+                .set(*n);
+        }
         // Totals kept elsewhere, monotone: the counter catches up.
         let seen = self.state_write_errors.get();
         self.state_write_errors
@@ -421,6 +448,7 @@ mod tests {
         m.reload(false);
         let text = m.render(&StateView {
             cooling: vec![("openai".into(), 2)],
+            models_cooling: vec![(("openai".into(), "gpt-5".into()), 1)],
             write_failures: 3,
             degraded: true,
             backends: vec![("main".into(), false, 2)],
@@ -431,6 +459,10 @@ mod tests {
         );
         assert!(text.contains(r#"failover_attempts_total{provider="openai",model="gpt",outcome="failed",reason="rate_limit"} 1"#));
         assert!(text.contains(r#"failover_profiles_cooling{provider="openai"} 2"#));
+        assert!(
+            text.contains(r#"failover_models_cooling{provider="openai",model="gpt-5"} 1"#),
+            "{text}"
+        );
         assert!(text.contains(r#"failover_reloads_total{outcome="refused"} 1"#));
         assert!(text.contains("failover_state_write_errors_total 3\n"));
         assert!(text.contains("failover_state_degraded 1\n"));

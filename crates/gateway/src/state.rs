@@ -73,7 +73,16 @@ fn started(
 ) -> Vec<&'static str> {
     let mut out = Vec::new();
     if let Some(s) = doc.usage_stats.get(id) {
-        if s.cooldown_until.is_some() && s.cooldown_until != before.and_then(|o| o.cooldown_until) {
+        let whole = |s: &failover::state::UsageStats| s.profile_cooldown().map(|p| p.0);
+        if whole(s).is_some() && whole(s) != before.and_then(whole) {
+            out.push("cooldown");
+        }
+        // R7.3: a model's own window (`modelCooldowns`) counts as one too.
+        let model_started = s.model_cooldowns.iter().any(|(m, c)| {
+            c.cooldown_until.is_some()
+                && c.cooldown_until != before.and_then(|o| o.model_window(m)).map(|w| w.until)
+        });
+        if model_started {
             out.push("cooldown");
         }
         if s.disabled_until.is_some() && s.disabled_until != before.and_then(|o| o.disabled_until) {

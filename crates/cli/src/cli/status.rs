@@ -17,6 +17,7 @@ use failover::state::{
     normalize_provider, open_docs_read_only, AuthProfiles, AuthState, FileStore, SessionEntry,
     SessionStore, Store, DEFAULT_AGENT,
 };
+use failover::state::{ModelWindow, UsageStats};
 use failover::time::{format_span, format_utc, Clock, SystemClock};
 
 #[derive(Args, Debug)]
@@ -254,6 +255,43 @@ fn block_text(b: &Block, now: u64) -> String {
     }
 }
 
+/// The model windows of `stats` active at `now` (R7.3), soonest first.
+fn model_windows(stats: Option<&UsageStats>, now: u64) -> Vec<ModelWindow<'_>> {
+    let mut w: Vec<ModelWindow<'_>> = stats
+        .map(|s| s.model_windows().filter(|w| w.until > now).collect())
+        .unwrap_or_default();
+    w.sort_by_key(|w| (w.until, w.model));
+    w
+}
+
+/// A profile's state for the table: its block (model unknown), and when
+/// only models are cooling, every one of them (sibling models run).
+fn state_text(stats: Option<&UsageStats>, now: u64) -> String {
+    let block = stats.and_then(|s| block_for(s, None, now));
+    let models = model_windows(stats, now);
+    let list = || {
+        models
+            .iter()
+            .map(|w| {
+                let reason = w.reason.map_or(String::new(), |r| format!("; {r}"));
+                format!("`{}` until {}{reason}", w.model, when(w.until, now))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match block {
+        None => "ok".into(),
+        Some(Block::Cooling { model: Some(_), .. }) => format!(
+            "cooling {} model{} (others usable): {}",
+            models.len(),
+            if models.len() == 1 { "" } else { "s" },
+            list()
+        ),
+        Some(b) if models.is_empty() => block_text(&b, now),
+        Some(b) => format!("{}; models cooling: {}", block_text(&b, now), list()),
+    }
+}
+
 fn rows(r: &Report, order: &ProfileOrder) -> Vec<Row> {
     let mut out = Vec::new();
     let mut push = |position: String, id: &str, state: String| {
@@ -274,9 +312,8 @@ fn rows(r: &Report, order: &ProfileOrder) -> Vec<Row> {
         });
     };
     for (i, e) in order.entries.iter().enumerate() {
-        // Model unknown here: a model-scoped cooldown shows with its model.
-        let block = r.state.stats(&e.id).and_then(|s| block_for(s, None, r.now));
-        let state = block.map_or_else(|| "ok".into(), |b| block_text(&b, r.now));
+        // Model unknown here: model windows show with their models.
+        let state = state_text(r.state.stats(&e.id), r.now);
         push((i + 1).to_string(), &e.id, state);
     }
     for x in &order.excluded {
@@ -492,6 +529,22 @@ fn to_json(r: &Report) -> Value {
                         v["until"] = json!(until);
                         v["reason"] = json!(reason);
                     }
+                }
+                // R7.3: every model cooling on this profile, soonest first.
+                let models = model_windows(r.state.stats(&e.id), r.now);
+                if !models.is_empty() {
+                    v["models"] = models
+                        .iter()
+                        .map(|w| {
+let count = r.state.stats(&e.id).map(|s| {
+                                // A window in the original's fields counts with the profile's.
+                                s.model_cooldowns
+                                    .get(w.model)
+                                    .map_or(s.error_count.max(1), |c| c.error_count)
+                            });
+                            json!({"model": w.model, "until": w.until, "reason": w.reason, "errorCount": count})
+                        })
+                        .collect();
                 }
                 profiles.push(v);
             }
