@@ -217,7 +217,10 @@ impl Gateway {
         let metrics = Arc::new(Metrics::new());
         let set = reload::build(&sources, &stores, &metrics, lanes)?;
         let max = set.settings.max_concurrent;
-        let buffers = upstream::Buffers::new(set.settings.max_buffered_bytes);
+        let buffers = upstream::Buffers::new(
+            set.settings.max_buffered_bytes,
+            set.settings.max_request_buffered_bytes,
+        );
         let key_store = failover::state::keys::open(set.config.state.as_ref(), &sources.state)
             .map_err(|e| Error::State {
                 message: format!("error: client keys: {e}"),
@@ -272,8 +275,15 @@ impl Gateway {
                 if set.settings.max_concurrent != self.max_concurrent {
                     tracing::warn!(target: "failover::serve", "serve.maxConcurrentRequests changes take effect at the next start");
                 }
-                if set.settings.max_buffered_bytes != self.buffers.total() {
-                    tracing::warn!(target: "failover::serve", "serve.maxBufferedBytes changes take effect at the next start");
+                let share = set
+                    .settings
+                    .max_request_buffered_bytes
+                    .unwrap_or(set.settings.max_buffered_bytes / 2)
+                    .min(set.settings.max_buffered_bytes);
+                if set.settings.max_buffered_bytes != self.buffers.total()
+                    || share != self.buffers.share()
+                {
+                    tracing::warn!(target: "failover::serve", "serve.maxBufferedBytes and serve.maxRequestBufferedBytes changes take effect at the next start");
                 }
                 *self.active.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(set);
                 self.metrics.reload(true);
@@ -896,10 +906,13 @@ async fn run(
                         // Issue 44 item 2: a translation holds the parsed
                         // answer, its translation and the new text beside
                         // the upstream's bytes; charged before it is made.
-                        if !gw.buffers.cover(&mut held, b.len().saturating_mul(TRANSLATION_COPIES)) {
+                        if let Err(over) = gw
+                            .buffers
+                            .cover(&mut held, b.len().saturating_mul(TRANSLATION_COPIES))
+                        {
                             return Err(AttemptError::Skip(format!(
-                                "the gateway is holding its limit of {} MiB of upstream answers (serve.maxBufferedBytes); this {} KiB answer was not translated",
-                                gw.buffers.total() >> 20,
+                                "{}; this {} KiB answer was not translated",
+                                gw.buffers.over_text(over, "upstream answers"),
                                 b.len() >> 10
                             )));
                         }

@@ -483,9 +483,9 @@ impl Relay {
             return None;
         }
         let budget = self.src.budget.clone()?;
-        if budget.cover(&mut self.src.held, n) {
+        let Err(over) = budget.cover(&mut self.src.held, n) else {
             return None;
-        }
+        };
         self.src.body = Box::pin(futures_util::stream::empty());
         self.src.parser = super::sse::Framing::Sse(Default::default());
         tracing::warn!(
@@ -496,8 +496,8 @@ impl Relay {
             "stream_over_budget"
         );
         let text = format!(
-            "the gateway is holding its limit of {} MiB of upstream data (serve.maxBufferedBytes); the upstream's event of more than {} KiB was not read",
-            budget.total() >> 20,
+            "{}; the upstream's event of more than {} KiB was not read",
+            budget.over_text(over, "upstream data"),
             n >> 10
         );
         Some(self.error_event(&text))

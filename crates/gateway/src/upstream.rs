@@ -60,24 +60,40 @@ const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// being read takes its size from it as it arrives and gives it back when
 /// the client has it. A per-request limit alone lets several large
 /// answers at once take the process's memory many times over.
+///
+/// One request's holdings are also bounded by its share
+/// (`serve.maxRequestBufferedBytes`, half the budget unless written), so
+/// that one large answer cannot take the budget from every other request.
 #[derive(Clone, Debug)]
 pub(crate) struct Buffers {
     kib: Arc<tokio::sync::Semaphore>,
     total: usize,
+    share: usize,
 }
 
 /// Bytes held against the [`Buffers`] budget; given back when dropped.
 pub(crate) type Held = Option<tokio::sync::OwnedSemaphorePermit>;
 
+/// Which bound [`Buffers::cover`] met.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Over {
+    /// The gateway-wide budget (`serve.maxBufferedBytes`).
+    Budget,
+    /// One request's share of it (`serve.maxRequestBufferedBytes`).
+    Share,
+}
+
 impl Buffers {
-    /// A budget of `bytes` (counted in KiB).
-    pub(crate) fn new(bytes: usize) -> Self {
+    /// A budget of `bytes` (counted in KiB), of which one holding may take
+    /// `share` (`None`: half).
+    pub(crate) fn new(bytes: usize, share: Option<usize>) -> Self {
         let kib = bytes
             .div_ceil(1024)
             .min(tokio::sync::Semaphore::MAX_PERMITS);
         Buffers {
             kib: Arc::new(tokio::sync::Semaphore::new(kib)),
             total: bytes,
+            share: share.unwrap_or(bytes / 2).min(bytes),
         }
     }
 
@@ -86,15 +102,23 @@ impl Buffers {
         self.total
     }
 
-    /// Grows `held` to cover `bytes`; `false` when the budget has no room.
-    pub(crate) fn cover(&self, held: &mut Held, bytes: usize) -> bool {
+    /// One request's share of it, in bytes.
+    pub(crate) fn share(&self) -> usize {
+        self.share
+    }
+
+    /// Grows `held` to cover `bytes`; `Err` names the bound that has no room.
+    pub(crate) fn cover(&self, held: &mut Held, bytes: usize) -> Result<(), Over> {
+        if bytes > self.share {
+            return Err(Over::Share);
+        }
         let want = bytes.div_ceil(1024);
         let have = held.as_ref().map_or(0, |p| p.num_permits());
         if want <= have {
-            return true;
+            return Ok(());
         }
         let Ok(more) = u32::try_from(want - have) else {
-            return false;
+            return Err(Over::Budget);
         };
         match self.kib.clone().try_acquire_many_owned(more) {
             Ok(p) => {
@@ -102,9 +126,25 @@ impl Buffers {
                     Some(h) => h.merge(p),
                     None => *held = Some(p),
                 }
-                true
+                Ok(())
             }
-            Err(_) => false,
+            Err(_) => Err(Over::Budget),
+        }
+    }
+
+    /// What an error says of the bound `over` met, `what` being held:
+    /// the setting that bounds it, and its size.
+    pub(crate) fn over_text(&self, over: Over, what: &str) -> String {
+        match over {
+            Over::Budget => format!(
+                "the gateway is holding its limit of {} MiB of {what} (serve.maxBufferedBytes)",
+                self.total >> 20
+            ),
+            Over::Share => format!(
+                "this request reached its share of {} MiB of the gateway's {} MiB of {what} (serve.maxRequestBufferedBytes of serve.maxBufferedBytes)",
+                self.share >> 20,
+                self.total >> 20
+            ),
         }
     }
 }
@@ -116,8 +156,8 @@ enum Cut {
     Whole,
     /// The per-body limit.
     Limit,
-    /// The gateway-wide budget.
-    Budget,
+    /// The gateway-wide budget, or the request's share of it.
+    Budget(Over),
 }
 
 /// The body stream of an upstream response.
@@ -463,8 +503,8 @@ async fn read_head(
         let need = out.len() + take;
         if need > out.capacity() {
             let cap = need.max(out.capacity().saturating_mul(2)).min(limit);
-            if !buffers.cover(held, cap) {
-                return Ok((out, Cut::Budget));
+            if let Err(over) = buffers.cover(held, cap) {
+                return Ok((out, Cut::Budget(over)));
             }
             out.reserve_exact(cap - out.len());
         }
@@ -775,10 +815,10 @@ pub(crate) async fn call(input: CallInput<'_>) -> Result<Answer, AttemptError> {
         }
         // The gateway's own limit, not the provider's fault: nothing is
         // held against the profile, and the run moves on.
-        Ok(Ok((b, Cut::Budget))) => {
+        Ok(Ok((b, Cut::Budget(over)))) => {
             return Err(AttemptError::Skip(format!(
-                "the gateway is holding its limit of {} MiB of upstream answers (serve.maxBufferedBytes); this answer was not read past {} KiB",
-                input.buffers.total() >> 20,
+                "{}; this answer was not read past {} KiB",
+                input.buffers.over_text(over, "upstream answers"),
                 b.len() >> 10
             )))
         }
@@ -853,6 +893,31 @@ fn shape(bytes: &[u8]) -> Shape {
         Ok(top) if top.kind.as_deref() == Some("error") => Shape::Error,
         Ok(_) => Shape::Answer,
         Err(_) => Shape::NotAnObject,
+    }
+}
+
+#[cfg(test)]
+mod buffer_tests {
+    use super::{Buffers, Held, Over};
+
+    // Issue 44: one holding is bounded by the request's share, all of them
+    // by the budget; what is given back is free again.
+    #[test]
+    fn i44_2_the_share_and_the_budget_bound_holdings() {
+        let b = Buffers::new(4 << 20, Some(3 << 20));
+        let (mut one, mut two): (Held, Held) = (None, None);
+        assert_eq!(b.cover(&mut one, (3 << 20) + 1), Err(Over::Share));
+        assert_eq!(b.cover(&mut one, 3 << 20), Ok(()));
+        assert_eq!(b.cover(&mut two, 2 << 20), Err(Over::Budget));
+        assert_eq!(b.cover(&mut two, 1 << 20), Ok(()));
+        drop(one);
+        assert_eq!(b.cover(&mut two, 3 << 20), Ok(()));
+        // Unwritten: half the budget; never more than the budget.
+        assert_eq!(Buffers::new(8 << 20, None).share(), 4 << 20);
+        assert_eq!(Buffers::new(8 << 20, Some(1 << 40)).share(), 8 << 20);
+        assert!(b
+            .over_text(Over::Share, "upstream data")
+            .contains("3 MiB of the gateway's 4 MiB"));
     }
 }
 

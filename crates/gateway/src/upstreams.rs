@@ -502,6 +502,12 @@ pub struct ServeSettings {
     /// answer that would go past it is refused with a clear error rather
     /// than read (issue 30). Takes effect at the next start.
     pub max_buffered_bytes: usize,
+    /// `serve.maxRequestBufferedBytes`: the share of
+    /// [`max_buffered_bytes`](Self::max_buffered_bytes) one request may
+    /// hold at once (issue 44), so that one large answer cannot take the
+    /// whole budget from the others. Unwritten: half the budget. Takes
+    /// effect at the next start.
+    pub max_request_buffered_bytes: Option<usize>,
     /// `serve.clientAuth`; unwritten: decided at start (SPEC R18.6).
     pub client_auth: Option<ClientAuthMode>,
     /// `serve.metricsToken: "${VAR}"`: the bearer token `/metrics` asks
@@ -527,6 +533,7 @@ impl ServeSettings {
         request_timeout: Duration::from_secs(600),
         continuation_max_bytes: 1 << 20,
         max_buffered_bytes: 256 << 20,
+        max_request_buffered_bytes: None,
         client_auth: None,
         metrics_token: None,
     };
@@ -768,6 +775,16 @@ pub(crate) fn parse(
                                 message: "expected a positive whole number of bytes".into(),
                             }),
                         },
+                        "maxRequestBufferedBytes" => match v.as_u64() {
+                            Some(n) if n > 0 => {
+                                settings.max_request_buffered_bytes =
+                                    Some(usize::try_from(n).unwrap_or(usize::MAX))
+                            }
+                            _ => problems.push(UpstreamProblem {
+                                path,
+                                message: "expected a positive whole number of bytes".into(),
+                            }),
+                        },
                         "clientAuth" => match v.as_str().map(str::trim) {
                             Some("required") => {
                                 settings.client_auth = Some(ClientAuthMode::Required)
@@ -803,7 +820,7 @@ pub(crate) fn parse(
                         },
                         _ => problems.push(UpstreamProblem {
                             path,
-                            message: "unknown key: expected `maxBodyBytes`, `maxConcurrentRequests`, `maxBufferedBytes`, `shutdownGraceMs`, `requestTimeoutMs`, `continuation`, `clientAuth` or `metricsToken`".into(),
+                            message: "unknown key: expected `maxBodyBytes`, `maxConcurrentRequests`, `maxBufferedBytes`, `maxRequestBufferedBytes`, `shutdownGraceMs`, `requestTimeoutMs`, `continuation`, `clientAuth` or `metricsToken`".into(),
                         }),
                     }
                 }

@@ -400,6 +400,43 @@ async fn the_buffer_budget_refuses_an_answer_past_it_with_a_clear_reason() {
     gw.stop().await;
 }
 
+// Issue 44 (a per-request share of the budget): with a 1 MiB budget of
+// which one request may hold 256 KiB (`serve.maxRequestBufferedBytes`), a
+// 400 KB answer is refused though the budget has room — named by the
+// share's setting — and the chain goes on; an answer within the share
+// passes. Unwritten, the share is half the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i44_2_one_request_holds_at_most_its_share_of_the_budget() {
+    let gw = Gw::start(
+        "share",
+        Setup {
+            extra: "serve:\n  maxBufferedBytes: 1048576\n  maxRequestBufferedBytes: 262144\n"
+                .into(),
+            ..Setup::default()
+        },
+    )
+    .await;
+    gw.prim.push(ok_openai(&"x".repeat(400_000)));
+    gw.back.push(ok_openai("small"));
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "small");
+    assert_eq!(r.header("x-failover-attempts").as_deref(), Some("2"));
+    gw.prim.push(ok_openai(&"x".repeat(400_000)));
+    let r = gw.openai(chat("strict-agent"), None).await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert!(
+        r.text.contains("serve.maxRequestBufferedBytes"),
+        "{}",
+        r.text
+    );
+    // Within the share: answered.
+    gw.prim.push(ok_openai(&"y".repeat(100_000)));
+    let r = gw.openai(chat("strict-agent"), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    gw.stop().await;
+}
+
 // Issue 30 (found by fuzz_upstream.rs): an error object under a 200
 // is a failure, classified from its body, never an answer passed through
 // as it came (it may echo the key).
