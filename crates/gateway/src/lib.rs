@@ -66,7 +66,7 @@ mod upstreams;
 pub use check::{check_config, ConfigCheck};
 pub use errors::Error;
 pub use keys::{generate as generate_key, hash_of as key_hash, NewKey, KEY_PREFIX};
-pub use reload::{ModelFlags, Sources, Stores};
+pub use reload::{config_profiles, ModelFlags, Sources, Stores};
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -144,6 +144,9 @@ pub struct Gateway {
     limit: Arc<Semaphore>,
     max_concurrent: usize,
     shutting_down: AtomicBool,
+    /// The last reload's refusal while it stands (issue 48): when, and
+    /// the first line of its diagnostics; `None` after a good reload.
+    refused: std::sync::Mutex<Option<(u64, String)>>,
     anonymous: AtomicU64,
     /// Upstream pools per set: one per worker.
     lanes: usize,
@@ -237,6 +240,7 @@ impl Gateway {
             limit: Arc::new(Semaphore::new(max)),
             max_concurrent: max,
             shutting_down: AtomicBool::new(false),
+            refused: std::sync::Mutex::new(None),
             anonymous: AtomicU64::new(0),
             lanes,
             settling: Arc::default(),
@@ -286,12 +290,25 @@ impl Gateway {
                     tracing::warn!(target: "failover::serve", "serve.maxBufferedBytes and serve.maxRequestBufferedBytes changes take effect at the next start");
                 }
                 *self.active.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(set);
+                *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 self.metrics.reload(true);
                 tracing::info!(target: "failover::serve", ruleset = %hash, "reload_ok");
                 Ok(hash)
             }
             Err(diagnostics) => {
                 self.metrics.reload(false);
+                // Rendered as `check --config` renders it (secrets masked);
+                // `/readyz` shows its first line, bounded.
+                let text = diagnostics.to_string();
+                let first: String = text
+                    .lines()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("")
+                    .chars()
+                    .take(300)
+                    .collect();
+                let now = failover::time::Clock::now_ms(&failover::time::SystemClock);
+                *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some((now, first));
                 let active = self.active().hash.clone();
                 tracing::error!(target: "failover::serve", active = %active, diagnostics = %diagnostics, "reload_refused");
                 Err(diagnostics)
@@ -410,23 +427,29 @@ async fn readyz(State(gw): Gw) -> Response {
     // Degraded (issue 30): requests are answered, but the state's writes
     // fail; still ready (200), so a load balancer keeps sending, with the
     // reason for whoever looks.
-    if let Some(why) = gw.stores.health().degraded() {
-        return axum::Json(json!({
+    let mut body = if let Some(why) = gw.stores.health().degraded() {
+        json!({
             "status": "degraded",
             "reason": why,
             "ruleset": set.hash,
             "loadedAtMs": set.loaded_at_ms,
             "upstreams": set.upstreams.providers.len(),
-        }))
-        .into_response();
+        })
+    } else {
+        json!({
+            "status": "ready",
+            "ruleset": set.hash,
+            "loadedAtMs": set.loaded_at_ms,
+            "upstreams": set.upstreams.providers.len(),
+        })
+    };
+    // Issue 48: a refused reload leaves the last good set serving (still
+    // ready), but the config on disk is not what runs: said here until a
+    // reload succeeds.
+    if let Some((at, error)) = gw.refused.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        body["reload"] = json!({"status": "refused", "atMs": at, "error": error});
     }
-    axum::Json(json!({
-        "status": "ready",
-        "ruleset": set.hash,
-        "loadedAtMs": set.loaded_at_ms,
-        "upstreams": set.upstreams.providers.len(),
-    }))
-    .into_response()
+    axum::Json(body).into_response()
 }
 
 async fn metrics_text(State(gw): Gw, headers: HeaderMap) -> Response {
@@ -466,6 +489,11 @@ async fn metrics_text(State(gw): Gw, headers: HeaderMap) -> Response {
     };
     let health = gw.stores.health();
     let view = StateView {
+        reload_refused: gw
+            .refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some(),
         cooling,
         models_cooling,
         write_failures: health.write_failures(),
@@ -1517,9 +1545,85 @@ impl Running {
     }
 }
 
+/// How `serve` writes its log lines (`--log-level`, `RUST_LOG`,
+/// `--log-format`).
+#[derive(Clone, Debug, Default)]
+pub struct Logging {
+    /// `--log-level`: a level (`debug`) or `tracing-subscriber` env-filter
+    /// directives (`info,failover::serve=debug`); it wins over `RUST_LOG`.
+    /// Neither: `info`.
+    pub level: Option<String>,
+    /// `--log-format`.
+    pub format: LogFormat,
+}
+
+/// The shape of the log lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One flat JSON object per event (the default; docs/tracing.md).
+    #[default]
+    Json,
+    /// tracing-subscriber's human-readable lines, for a terminal.
+    Text,
+}
+
+impl Logging {
+    /// The directives in force: `--log-level`, else a non-empty
+    /// `RUST_LOG`, else `info`.
+    fn directives(&self, rust_log: Option<String>) -> String {
+        self.level
+            .clone()
+            .or(rust_log)
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "info".into())
+    }
+
+    /// The filter of the log lines: the directives, events only.
+    fn filter(&self, rust_log: Option<String>) -> Result<tracing_subscriber::EnvFilter, String> {
+        let d = self.directives(rust_log);
+        tracing_subscriber::EnvFilter::builder()
+            .parse(&d)
+            .map_err(|e| format!("error: log level `{d}`: {e} (a level such as `debug`, or directives such as `info,failover::serve=debug`)"))
+    }
+}
+
+#[cfg(test)]
+mod logging_tests {
+    use super::Logging;
+
+    // Issue 48: `--log-level` wins over `RUST_LOG`, an empty one is
+    // unwritten, neither is `info`; bad directives are a clear error.
+    #[test]
+    fn i48_log_level_precedence_and_errors() {
+        let flag = |l: Option<&str>| Logging {
+            level: l.map(str::to_string),
+            ..Default::default()
+        };
+        assert_eq!(flag(None).directives(None), "info");
+        assert_eq!(flag(None).directives(Some("warn".into())), "warn");
+        assert_eq!(flag(None).directives(Some("  ".into())), "info");
+        assert_eq!(flag(Some("debug")).directives(Some("warn".into())), "debug");
+        assert!(flag(Some("info,failover::serve=debug"))
+            .filter(None)
+            .is_ok());
+        let e = flag(Some("info,failover=notalevel"))
+            .filter(None)
+            .unwrap_err();
+        assert!(e.contains("log level `info,failover=notalevel`"), "{e}");
+    }
+}
+
 /// `failover serve`: runs until SIGTERM or Ctrl-C; SIGHUP reloads.
 /// Returns the exit code.
-pub fn main(opts: Options) -> i32 {
+pub fn main(opts: Options, logging: Logging) -> i32 {
+    let env_filter = match logging.filter(std::env::var("RUST_LOG").ok()) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
     // Log lines are gathered in a buffer that one thread writes out in
     // batches (`log::Batched`): a request's worker never waits on stderr
     // (at most it wakes the writer for a batch's first line), and no line
@@ -1537,14 +1641,24 @@ pub fn main(opts: Options) -> i32 {
     // the log lines never show them, so the filter turns them off at the
     // callsite: a span no layer wants is never built (building two per
     // request cost 24k instructions, +12%, in the fmt layer).
+    use tracing_subscriber::filter::FilterExt as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;
-    let lines =
-        log::JsonLines::new(writer).with_filter(tracing_subscriber::filter::filter_fn(|m| {
-            m.is_event() && *m.level() <= tracing::Level::INFO
-        }));
-    let _ = tracing_subscriber::registry().with(lines).try_init();
+    let events = tracing_subscriber::filter::filter_fn(|m| m.is_event());
+    let filter = env_filter.and(events);
+    // Boxed: one of two layer types, chosen once at start.
+    type Boxed = Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>;
+    let layer: Boxed = match logging.format {
+        LogFormat::Json => Box::new(log::JsonLines::new(writer).with_filter(filter)),
+        LogFormat::Text => Box::new(
+            tracing_subscriber::fmt::layer()
+                .with_writer(writer)
+                .with_ansi(false)
+                .with_filter(filter),
+        ),
+    };
+    let _ = tracing_subscriber::registry().with(layer).try_init();
     // With workers (the default) this runtime only starts the gateway,
     // handles signals and reloads, and holds a shared backend's connection:
     // one thread is enough. With `--workers 0` it serves too, on every core.

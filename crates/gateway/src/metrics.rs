@@ -31,6 +31,7 @@ pub(crate) mod names {
     pub(crate) const WINDOWS_STARTED: &str = "windows_started";
     pub(crate) const PROFILES_COOLING: &str = "profiles_cooling";
     pub(crate) const MODELS_COOLING: &str = "models_cooling";
+    pub(crate) const RELOAD_REFUSED: &str = "reload_refused";
     pub(crate) const PROBES: &str = "probes";
     pub(crate) const UPSTREAM_LATENCY: &str = "upstream_latency_seconds";
     pub(crate) const UPSTREAM_FIRST_BYTE: &str = "upstream_first_byte_seconds";
@@ -123,6 +124,8 @@ pub(crate) struct StateView {
     pub(crate) write_failures: u64,
     /// Whether the last state write failed.
     pub(crate) degraded: bool,
+    /// Whether the last reload was refused (the last good set serves).
+    pub(crate) reload_refused: bool,
     /// A shared backend's health per agent: up now, outages since start.
     pub(crate) backends: Vec<(String, bool, u64)>,
 }
@@ -148,6 +151,7 @@ pub struct Metrics {
     reloads: Family<OutcomeLabels, Counter>,
     state_write_errors: Counter,
     state_degraded: Gauge,
+    reload_refused: Gauge,
     backend_up: Family<AgentLabels, Gauge>,
     backend_outages: Family<AgentLabels, Counter>,
     continuations: Family<ContinuationLabels, Counter>,
@@ -238,6 +242,12 @@ impl Metrics {
             state_write_errors.clone(),
         );
         let state_degraded = Gauge::default();
+        let reload_refused = Gauge::default();
+        registry.register(
+            RELOAD_REFUSED,
+            "1 while the last reload was refused: the config or rules on disk are not what runs (the last good set serves; /readyz says why)",
+            reload_refused.clone(),
+        );
         registry.register(
             STATE_DEGRADED,
             "Whether the last state write failed",
@@ -291,6 +301,7 @@ impl Metrics {
             reloads,
             state_write_errors,
             state_degraded,
+            reload_refused,
             backend_up,
             backend_outages,
             scrape: Mutex::new(()),
@@ -421,6 +432,7 @@ impl Metrics {
         self.state_write_errors
             .inc_by(state.write_failures.saturating_sub(seen));
         self.state_degraded.set(i64::from(state.degraded));
+        self.reload_refused.set(i64::from(state.reload_refused));
         self.backend_up.clear();
         for (agent, up, outages) in &state.backends {
             let labels = AgentLabels {
@@ -451,6 +463,7 @@ mod tests {
             models_cooling: vec![(("openai".into(), "gpt-5".into()), 1)],
             write_failures: 3,
             degraded: true,
+            reload_refused: true,
             backends: vec![("main".into(), false, 2)],
         });
         assert!(
@@ -466,6 +479,7 @@ mod tests {
         assert!(text.contains(r#"failover_reloads_total{outcome="refused"} 1"#));
         assert!(text.contains("failover_state_write_errors_total 3\n"));
         assert!(text.contains("failover_state_degraded 1\n"));
+        assert!(text.contains("failover_reload_refused 1\n"), "{text}");
         assert!(text.contains(r#"failover_state_backend_up{agent="main"} 0"#));
         assert!(text.contains(r#"failover_state_backend_outages_total{agent="main"} 2"#));
         assert!(text.ends_with("# EOF\n"));

@@ -329,30 +329,7 @@ pub(crate) fn build(
     }
     let hash = format!("{:016x}", hasher.finish());
 
-    let env_profiles: Vec<(String, Profile)> = ups
-        .providers
-        .values()
-        .filter_map(|u| {
-            let id = format!("{}:default", u.id);
-            if let Some(k) = &u.env_key {
-                return Some((id, Profile::api_key(&u.id, k.expose())));
-            }
-            // The AWS environment's keys: an `aws` profile in memory (its
-            // secrets reach the redactor as a stored profile's do).
-            u.env_aws.as_ref().map(|c| {
-                (
-                    id,
-                    Profile::aws(
-                        &u.id,
-                        &c.access_key_id,
-                        &c.secret_access_key,
-                        c.session_token.as_deref(),
-                        None,
-                    ),
-                )
-            })
-        })
-        .collect();
+    let env_profiles = env_profiles(&ups);
     let mut agents: Vec<String> = vec![DEFAULT_AGENT.to_string()];
     agents.extend(config.agents.list.iter().map(|a| a.id.clone()));
     let mut runners = HashMap::new();
@@ -448,6 +425,46 @@ pub(crate) fn build(
 
 /// The model file a set reads, when it reads one from disk: the flag's,
 /// else the config's (relative to the config file's directory).
+/// The profiles a config's providers hold in memory, never in
+/// `auth-profiles.json`: an `apiKey: "${VAR}"` (`<provider>:default`) and
+/// the AWS environment's keys of a Bedrock provider.
+fn env_profiles(ups: &Upstreams) -> Vec<(String, Profile)> {
+    ups.providers
+        .values()
+        .filter_map(|u| {
+            let id = format!("{}:default", u.id);
+            if let Some(k) = &u.env_key {
+                return Some((id, Profile::api_key(&u.id, k.expose())));
+            }
+            // The AWS environment's keys: an `aws` profile in memory (its
+            // secrets reach the redactor as a stored profile's do).
+            u.env_aws.as_ref().map(|c| {
+                (
+                    id,
+                    Profile::aws(
+                        &u.id,
+                        &c.access_key_id,
+                        &c.secret_access_key,
+                        c.session_token.as_deref(),
+                        None,
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The in-memory profiles of the gateway config `text` (see
+/// `env_profiles`), with the process's environment, for `failover
+/// status --config` to show every profile the runner would use. `Err`: the
+/// config's provider problems, rendered as `check --config` renders them.
+pub fn config_profiles(name: &str, text: &str) -> Result<Vec<(String, Profile)>, String> {
+    let env = |n: &str| std::env::var(n).ok();
+    let (ups, _) = upstreams::parse(text, &env)
+        .map_err(|p| crate::check::render_upstream_problems(name, text, &p))?;
+    Ok(env_profiles(&ups))
+}
+
 fn model_path(sources: &Sources, classify: &upstreams::ClassifySettings) -> Option<PathBuf> {
     if sources.model.no_model {
         return None;

@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::UsageError;
 use super::{CmdResult, RulesArgs};
-use failover_gateway::{Options, Sources, DEFAULT_LISTEN};
+use failover_gateway::{LogFormat, Logging, Options, Sources, DEFAULT_LISTEN};
 
 #[derive(Args, Debug)]
 pub(super) struct ServeArgs {
@@ -33,8 +33,22 @@ pub(super) struct ServeArgs {
     /// --config` — and exit without serving.
     #[arg(long)]
     pub check: bool,
+    /// Which log lines are written: a level (`error`, `warn`, `info`,
+    /// `debug`, `trace`) or env-filter directives
+    /// (`info,failover::serve=debug`). Wins over `RUST_LOG`; neither: `info`.
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// The log lines' shape: one JSON object per line, or text for a terminal.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "json")]
+    pub log_format: LogFormatArg,
     #[command(flatten)]
     pub rules: RulesArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum LogFormatArg {
+    Json,
+    Text,
 }
 
 pub(super) fn run(args: &ServeArgs) -> CmdResult {
@@ -58,22 +72,31 @@ pub(super) fn run(args: &ServeArgs) -> CmdResult {
         ))
         .into());
     }
-    Ok(failover_gateway::main(Options {
-        sources: Sources {
-            config: args.config.clone(),
-            state: state.clone(),
-            rules: args.rules.dirs.clone(),
-            no_defaults: args.rules.no_defaults,
-            model: failover_gateway::ModelFlags {
-                model: args.rules.model.clone(),
-                no_model: args.rules.no_model,
-                min_confidence: args.rules.min_confidence,
+    Ok(failover_gateway::main(
+        Options {
+            sources: Sources {
+                config: args.config.clone(),
+                state: state.clone(),
+                rules: args.rules.dirs.clone(),
+                no_defaults: args.rules.no_defaults,
+                model: failover_gateway::ModelFlags {
+                    model: args.rules.model.clone(),
+                    no_model: args.rules.no_model,
+                    min_confidence: args.rules.min_confidence,
+                },
+            },
+            listen: args.listen.clone(),
+            watch: args.watch,
+            workers: args
+                .workers
+                .unwrap_or_else(failover_gateway::default_workers),
+        },
+        Logging {
+            level: args.log_level.clone(),
+            format: match args.log_format {
+                LogFormatArg::Json => LogFormat::Json,
+                LogFormatArg::Text => LogFormat::Text,
             },
         },
-        listen: args.listen.clone(),
-        watch: args.watch,
-        workers: args
-            .workers
-            .unwrap_or_else(failover_gateway::default_workers),
-    }))
+    ))
 }

@@ -17,7 +17,7 @@ use failover::state::{
     normalize_provider, open_docs_read_only, AuthProfiles, AuthState, FileStore, SessionEntry,
     SessionStore, Store, DEFAULT_AGENT,
 };
-use failover::state::{ModelWindow, UsageStats};
+use failover::state::{provider_of_id, ModelWindow, UsageStats};
 use failover::time::{format_span, format_utc, Clock, SystemClock};
 
 #[derive(Args, Debug)]
@@ -72,13 +72,26 @@ pub(super) fn run(args: &StatusArgs) -> CmdResult {
         ))
         .into());
     }
-    let (routing, state_cfg) = match &args.config {
-        None => (AuthRouting::default(), None),
+    let (routing, state_cfg, config_profiles) = match &args.config {
+        None => (AuthRouting::default(), None, Vec::new()),
         Some(path) => {
             let config = super::load_config(path)?;
+            // Issue 48: the profiles the config holds in memory
+            // (`apiKey: "${VAR}"`, the AWS environment) are the runner's
+            // too. A provider block the gateway would refuse is said, and
+            // status goes on with the stored profiles.
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let held = match failover_gateway::config_profiles(&display_name(path), &text) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprint!("{e}");
+                    Vec::new()
+                }
+            };
             (
                 routing_of(&config).map_err(|e| UsageError(e.to_string()))?,
                 config.state,
+                held,
             )
         }
     };
@@ -89,8 +102,15 @@ pub(super) fn run(args: &StatusArgs) -> CmdResult {
     let (store, _, snapshot) = open_docs_read_only(state_cfg.as_ref(), &args.state, &args.agent)
         .map_err(|e| UsageError(e.to_string()))?;
     let now = args.now.unwrap_or_else(|| SystemClock.now_ms());
-    let mut report = gather(store.as_ref(), &files, &args.state, &routing, now)
-        .map_err(|e| UsageError(e.to_string()))?;
+    let mut report = gather(
+        store.as_ref(),
+        &files,
+        &args.state,
+        &routing,
+        config_profiles,
+        now,
+    )
+    .map_err(|e| UsageError(e.to_string()))?;
     report.snapshot = snapshot;
     // The gateway's client keys (SPEC R18): names, scopes, last use and
     // usage, never a key or a whole hash. A table that cannot be read is
@@ -179,9 +199,14 @@ fn gather(
     files: &FileStore,
     root: &std::path::Path,
     routing: &AuthRouting,
+    held: Vec<(String, failover::state::Profile)>,
     now: u64,
 ) -> Result<Report, failover::errors::StoreError> {
-    let profiles = store.load_profiles()?;
+    let mut profiles = store.load_profiles()?;
+    // As the gateway's store does: a stored profile of the same id wins.
+    for (id, p) in held {
+        profiles.profiles.entry(id).or_insert(p);
+    }
     let state = store.load_state()?;
     let sessions = store.load_sessions()?;
     let mut providers: BTreeSet<String> = profiles
@@ -190,6 +215,15 @@ fn gather(
         .map(|p| normalize_provider(&p.provider))
         .collect();
     providers.extend(state.order.keys().map(|k| normalize_provider(k)));
+    // A profile known only from its routing state (its key is in the
+    // config, not stored) still names its provider.
+    providers.extend(
+        state
+            .usage_stats
+            .keys()
+            .filter_map(|id| provider_of_id(id))
+            .map(normalize_provider),
+    );
     let orders = providers
         .iter()
         .map(|p| order_profiles(routing, &profiles, &state, p, None, now))
@@ -330,7 +364,31 @@ fn rows(r: &Report, order: &ProfileOrder) -> Vec<Row> {
             format!("not used: not in {}", order.source.describe()),
         );
     }
+    for id in state_only(r, order) {
+        let state = format!(
+            "{} (key not stored: the config's `apiKey` or the environment; --config shows it in the order)",
+            state_text(r.state.stats(id), r.now)
+        );
+        push("-".into(), id, state);
+    }
     out
+}
+
+/// Profiles of the order's provider known only from their routing state
+/// (`usageStats`): a key the config holds in memory (`apiKey: "${VAR}"`,
+/// the AWS environment) when `status` was not given the config.
+fn state_only<'r>(r: &'r Report, order: &ProfileOrder) -> Vec<&'r str> {
+    r.state
+        .usage_stats
+        .keys()
+        .filter(|id| {
+            !r.profiles.profiles.contains_key(id.as_str())
+                && provider_of_id(id).map(normalize_provider).as_deref() == Some(&order.provider)
+                && order.position(id).is_none()
+                && !order.excluded.iter().any(|x| x.id() == id.as_str())
+        })
+        .map(String::as_str)
+        .collect()
 }
 
 /// Stored profiles of the order's provider that an explicit order or the
@@ -558,6 +616,17 @@ let count = r.state.stats(&e.id).map(|s| {
                 let mut v = profile_json(r, id);
                 v["state"] = json!("not_used");
                 v["why"] = json!(format!("not in {}", order.source.describe()));
+                profiles.push(v);
+            }
+            for id in state_only(r, order) {
+                let mut v = profile_json(r, id);
+                v["state"] = json!(match r.state.stats(id).and_then(|s| block_for(s, None, r.now)) {
+                    None => "ok",
+                    Some(Block::Cooling { .. }) => "cooling",
+                    Some(Block::Disabled { .. }) => "disabled",
+                });
+                v["stored"] = json!(false);
+                v["why"] = json!("key not stored: the config's `apiKey` or the environment; --config shows it in the order");
                 profiles.push(v);
             }
             json!({

@@ -133,3 +133,92 @@ async fn binary_sighup_sigterm_and_json_logs() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// Issue 48: `--log-format text` writes tracing-subscriber's lines, and
+// `--log-level` wins over `RUST_LOG`: with `RUST_LOG=error` and
+// `--log-level info,failover::serve=debug` the INFO lines are written (the
+// flag's directives), as text; a request's access line too. Bad
+// directives: exit 2 with the error, before anything starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i48_log_level_and_text_format() {
+    let prim = Mock::start().await;
+    let back = Mock::start().await;
+    let dir = temp_dir("logging");
+    write_profiles(&dir);
+    let cfg = dir.join("gateway.yaml");
+    std::fs::write(&cfg, config_text(&Setup::default(), &prim, &back)).unwrap();
+    let serve = |extra: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_failover"));
+        c.args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&cfg)
+            .arg("--state")
+            .arg(dir.join("state"))
+            .args(extra)
+            .env("RUST_LOG", "error")
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+    let bad = serve(&["--log-level", "info,failover=notalevel"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("log level `info,failover=notalevel`"), "{err}");
+
+    let mut child = serve(&[
+        "--log-level",
+        "info,failover::serve=debug",
+        "--log-format",
+        "text",
+    ])
+    .spawn()
+    .unwrap();
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stderr = child.stderr.take().unwrap();
+    let _guard = Guard(Some(child));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            sink.lock().unwrap().push(l);
+        }
+    });
+    let listening = || {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains("listening"))
+            .cloned()
+    };
+    eventually("the gateway to listen", || listening().is_some()).await;
+    let line = listening().unwrap();
+    assert!(
+        !line.trim_start().starts_with('{'),
+        "text, not JSON: {line}"
+    );
+    assert!(line.contains("INFO"), "{line}");
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("listen="))
+        .map(|a| a.trim_matches('"').to_string())
+        .unwrap_or_else(|| panic!("{line}"));
+    back.push(ok_openai("ok"));
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(&chat("back/model-b"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    eventually("the access line", || {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("INFO") && l.contains(" request") && l.contains("protocol="))
+    })
+    .await;
+}

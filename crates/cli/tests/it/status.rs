@@ -262,3 +262,61 @@ fn status_is_linear_in_stored_profiles() {
     );
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+// Issue 48 item 2: a profile whose key the config holds in memory
+// (`apiKey: "${VAR}"`) is in the state file but not in
+// `auth-profiles.json`. `status` shows it cooling: in its order with
+// `--config` (masked as a stored key is), and as a profile known only
+// from its state without it.
+#[test]
+fn i48_2_a_profile_keyed_from_the_config_is_shown() {
+    let root = std::env::temp_dir().join(format!("failover-status-env-{}", std::process::id()));
+    let agent = root.join("agents/main/agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(
+        agent.join("auth-state.json"),
+        r#"{"version":1,"usageStats":{"back:default":{"cooldownUntil":1767225660000,"cooldownReason":"rate_limit","errorCount":1,"lastFailureAt":1767225600000}}}"#,
+    )
+    .unwrap();
+    let config = root.join("gateway.yaml");
+    std::fs::write(
+        &config,
+        "agents: {defaults: {model: {primary: back/model-b}}}\nmodels:\n  providers:\n    back:\n      baseUrl: http://127.0.0.1:9/v1\n      api: openai-completions\n      apiKey: \"${FAILOVER_I48_BACK_KEY}\"\n",
+    )
+    .unwrap();
+    let run = |with_config: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_failover"));
+        c.args(["status", "--now", NOW, "--state"])
+            .arg(&root)
+            .env("FAILOVER_I48_BACK_KEY", "sk-i48-SECRET-VALUE-abcd");
+        if with_config {
+            c.arg("--config").arg(&config);
+        }
+        let o = c.output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let all = format!("{}{}", text(&o), String::from_utf8_lossy(&o.stderr));
+        assert!(!all.contains("SECRET-VALUE"), "{all}");
+        text(&o)
+    };
+    let with = run(true);
+    let row = with
+        .lines()
+        .find(|l| l.contains("back:default"))
+        .unwrap_or_else(|| panic!("{with}"));
+    assert!(row.trim_start().starts_with("1 "), "in the order: {row}");
+    assert!(row.contains("cooling until 2026-01-01T00:01:00Z"), "{row}");
+    assert!(row.contains("sk-…abcd"), "masked as a stored key: {row}");
+    let without = run(false);
+    let row = without
+        .lines()
+        .find(|l| l.contains("back:default"))
+        .unwrap_or_else(|| panic!("{without}"));
+    assert!(row.contains("cooling until 2026-01-01T00:01:00Z"), "{row}");
+    assert!(row.contains("key not stored"), "{row}");
+    std::fs::remove_dir_all(&root).unwrap();
+}

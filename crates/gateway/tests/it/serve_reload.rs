@@ -41,6 +41,27 @@ async fn reload_refuses_bad_sets_and_in_flight_requests_keep_their_set() {
         "{diag}"
     );
     assert_eq!(ready_hash(&gw).await, h0);
+    // Issue 48: `/readyz` stays ready (the last good set serves) and says
+    // the reload was refused, with the diagnostics' first line; so does
+    // `/metrics` until a reload succeeds.
+    let ready = Resp::from(gw.http.get(gw.url("/readyz")).send().await.unwrap()).await;
+    assert_eq!(ready.status, 200);
+    assert_eq!(ready.json()["status"], "ready");
+    assert_eq!(
+        ready.json()["reload"]["status"],
+        "refused",
+        "{}",
+        ready.text
+    );
+    assert!(
+        ready.json()["reload"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("unknown reason `biling`")),
+        "{}",
+        ready.text
+    );
+    let m = Resp::from(gw.http.get(gw.url("/metrics")).send().await.unwrap()).await;
+    assert!(m.text.contains("failover_reload_refused 1\n"), "{}", m.text);
     gw.prim.push(ok_openai("still serving"));
     let r = gw.openai(chat("prim/model-a"), None).await;
     assert_eq!(r.status, 200);
@@ -62,6 +83,8 @@ async fn reload_refuses_bad_sets_and_in_flight_requests_keep_their_set() {
     assert_eq!(r.status, 200);
     assert_ne!(h1, h0);
     assert_eq!(ready_hash(&gw).await, h1);
+    let ready = Resp::from(gw.http.get(gw.url("/readyz")).send().await.unwrap()).await;
+    assert!(ready.json()["reload"].is_null(), "cleared: {}", ready.text);
     assert!(
         gw.usage("prim:default")["disabledUntil"].is_null(),
         "the old set classified the in-flight failure"
