@@ -434,7 +434,7 @@ pub fn render_rows(out: &mut String, title: &str, r: &Rows) {
 }
 
 /// The evaluation as `failover test` prints it after the field report.
-pub fn render(e: &Evaluation, review_limit: usize) -> String {
+pub fn render(e: &Evaluation, review_limit: usize, all_with: &str) -> String {
     let mut out = String::new();
     render_rows(
         &mut out,
@@ -459,8 +459,10 @@ pub fn render(e: &Evaluation, review_limit: usize) -> String {
             out,
             "review queue: {} text-rule verdicts a confident model contradicts{}",
             e.review.len(),
-            if e.review.len() > review_limit {
-                format!(" (first {review_limit}; all with --field-report)")
+            if review_limit == 0 {
+                format!(" ({all_with})")
+            } else if e.review.len() > review_limit {
+                format!(" (first {review_limit}; {all_with})")
             } else {
                 String::new()
             }

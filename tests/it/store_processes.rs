@@ -117,6 +117,10 @@ fn run_workers(backend: &str, dir: &std::path::Path, url: &str, per: usize) {
                     "FAILOVER_WORKER",
                     format!("{backend},{},{url},{per},{i}", dir.display()),
                 )
+                // The child's own "running 1 test … filtered out" lines
+                // are not this run's results (issue 48); its failures
+                // still reach stderr.
+                .stdout(std::process::Stdio::null())
                 .spawn()
                 .unwrap()
         })

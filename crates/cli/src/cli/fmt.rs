@@ -22,8 +22,10 @@ pub(super) struct FmtArgs {
     pub check: bool,
     /// `.rules` files, or directories searched recursively for them
     /// (hidden directories, `target` and `node_modules` skipped; symlinked
-    /// directories not followed). `-` formats standard input to standard
-    /// output. Default: the current directory.
+    /// directories not followed; paths a `.failoverignore` file in a
+    /// searched directory lists, one per line relative to it, skipped — a
+    /// file named here is never skipped). `-` formats standard input to
+    /// standard output. Default: the current directory.
     #[arg(value_name = "PATH")]
     pub paths: Vec<PathBuf>,
 }
@@ -164,8 +166,52 @@ fn write_in_place(path: &Path, text: &str) -> std::io::Result<()> {
     result
 }
 
+/// The name of the file that lists what `fmt` leaves out of a directory
+/// search (intentionally broken fixtures, generated files).
+const IGNORE_FILE: &str = ".failoverignore";
+
+/// The paths `dir/.failoverignore` lists (one per line, relative to `dir`,
+/// `#` starts a comment), joined to `dir`.
+fn ignored_in(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_to_string(dir.join(IGNORE_FILE))
+        .map(|text| {
+            text.lines()
+                .map(|l| {
+                    l.split('#')
+                        .next()
+                        .unwrap_or("")
+                        .trim()
+                        .trim_end_matches('/')
+                })
+                .filter(|l| !l.is_empty())
+                .map(|l| dir.join(l.trim_start_matches("./")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// `.rules` files under a directory, in path order.
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), UsageError> {
+    walk_ignoring(dir, &mut Vec::new(), out)
+}
+
+fn walk_ignoring(
+    dir: &Path,
+    ignored: &mut Vec<PathBuf>,
+    out: &mut Vec<PathBuf>,
+) -> Result<(), UsageError> {
+    let before = ignored.len();
+    ignored.extend(ignored_in(dir));
+    let r = walk_dir(dir, ignored, out);
+    ignored.truncate(before);
+    r
+}
+
+fn walk_dir(
+    dir: &Path,
+    ignored: &mut Vec<PathBuf>,
+    out: &mut Vec<PathBuf>,
+) -> Result<(), UsageError> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .and_then(|rd| rd.collect::<Result<Vec<_>, _>>())
         .map_err(|e| {
@@ -180,9 +226,12 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), UsageError> {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
         let Ok(ty) = entry.file_type() else { continue };
+        if ignored.contains(&path) {
+            continue;
+        }
         if ty.is_dir() {
             if !name.starts_with('.') && name != "target" && name != "node_modules" {
-                walk(&path, out)?;
+                walk_ignoring(&path, ignored, out)?;
             }
         } else if name.ends_with(".rules") && (ty.is_file() || ty.is_symlink()) {
             out.push(path);

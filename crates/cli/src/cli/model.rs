@@ -55,6 +55,10 @@ pub(super) struct TrainArgs {
 pub(super) struct InfoArgs {
     /// The model file.
     pub file: PathBuf,
+    /// Print `{"file", "format", "reasons", "trained": {"items", "lambda",
+    /// "iterations"}}` as one JSON line.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub(super) fn run(cmd: &ModelCommand) -> CmdResult {
@@ -125,7 +129,11 @@ fn train(args: &TrainArgs) -> CmdResult {
             options,
         )
         .map_err(|e| UsageError(e.to_string()))?;
-        print!("{}", learn::render(&e, 0));
+        // `model train` lists no verdicts: `failover test` does (issue 48).
+        print!(
+            "{}",
+            learn::render(&e, 0, "listed by `failover test --field-report`")
+        );
         println!(
             "\nminConfidence   exact  decision  unsafe stops  (rules + model, cross-validated)"
         );
@@ -145,6 +153,18 @@ fn train(args: &TrainArgs) -> CmdResult {
 fn info(args: &InfoArgs) -> CmdResult {
     let model = super::read_model(&args.file)?;
     let t = model.trained();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "file": display_name(&args.file),
+                "format": failover::evidence::FORMAT_VERSION,
+                "reasons": model.reasons(),
+                "trained": {"items": t.items, "lambda": t.lambda, "iterations": t.iterations},
+            })
+        );
+        return Ok(0);
+    }
     println!(
         "{}: failover model, format {}",
         display_name(&args.file),

@@ -244,7 +244,7 @@ pub(super) fn run(args: &TestArgs) -> CmdResult {
             }
             if let Some(e) = &evaluation {
                 let limit = if args.field_report { usize::MAX } else { 10 };
-                print!("{}", learn::render(e, limit));
+                print!("{}", learn::render(e, limit, "all with --field-report"));
             } else if threshold.is_some() {
                 println!("(the evidence model, cross-validated: --field-report)");
             }

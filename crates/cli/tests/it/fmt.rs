@@ -582,3 +582,29 @@ fn cli_formats_stdin_to_stdout() {
         "reason r { failover }\n"
     );
 }
+
+// Issue 48: at the repository root `fmt --check` passes — every shipped
+// `.rules` file is canonical, and the diagnostics fixtures (broken on
+// purpose) are left out by the root's `.failoverignore` — while a fixture
+// named on the command line is still read (and refused).
+#[test]
+fn i48_fmt_check_passes_at_the_repository_root() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_failover"))
+            .current_dir(crate::repo_root())
+            .args(["fmt", "--check"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = run(&[]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = run(&["tests/diagnostics/e013_empty_range.rules"]);
+    assert_ne!(o.status.code(), Some(0), "a named file is never skipped");
+}

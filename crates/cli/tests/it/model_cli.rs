@@ -32,6 +32,23 @@ fn model_train_reproduces_the_embedded_model_byte_for_byte() {
     );
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.starts_with("trained on "), "{stdout}");
+    // Issue 48: `model info --json`, the same facts as the text.
+    let o = failover(&["model", "info", "--json", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["format"], failover::evidence::FORMAT_VERSION);
+    let reasons = v["reasons"].as_array().unwrap();
+    assert!(reasons.iter().any(|r| r == "rate_limit"), "{v}");
+    assert!(v["trained"]["items"].as_u64().unwrap() > 100, "{v}");
+    let text = String::from_utf8_lossy(&failover(&["model", "info", out.to_str().unwrap()]).stdout)
+        .to_string();
+    assert!(
+        text.contains(&format!(
+            "trained on  {} labelled errors",
+            v["trained"]["items"]
+        )),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
