@@ -19,6 +19,7 @@ mod classify_cli;
 mod cli_pipes;
 mod config_bounds;
 mod config_secrets;
+mod deploy;
 mod fmt;
 mod keys_cli;
 mod lsp;
