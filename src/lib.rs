@@ -100,9 +100,9 @@ pub use auth::{CooldownPolicy, ProfileMeta};
 pub use compile::DisableLane;
 pub use redact::Redactor;
 pub use run::{
-    session_hash, Attempt, AttemptError, AttemptOutcome, AttemptRecord, Decision, DecisionKind,
-    FallbackSummaryError, Notice, ProviderFailure, RetryBudget, RunError, RunOutput, RunRequest,
-    Runner, StateHealth, StepOutcome, SurfacedError, SKIP_TTL_ENV, TRACING_TARGET,
+    session_hash, Attempt, AttemptError, AttemptOutcome, AttemptRecord, Cause, Decision,
+    DecisionKind, FallbackSummaryError, Notice, ProviderFailure, RetryBudget, RunError, RunOutput,
+    RunRequest, Runner, StateHealth, StepOutcome, SurfacedError, SKIP_TTL_ENV, TRACING_TARGET,
 };
 pub use store::{AsyncStore, Store};
 

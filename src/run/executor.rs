@@ -119,6 +119,8 @@ struct Verdict<'e> {
     decided_by: &'static str,
     /// The model's probability, when it decided.
     probability: Option<f32>,
+    /// What happened on the wire, by name.
+    cause: Option<&'static str>,
 }
 
 /// Where the walk goes after an attempt's error.
@@ -251,6 +253,7 @@ impl Walk {
             error: Some(why.clone()),
             probe: false,
             at_ms: now,
+            cause: None,
         });
         self.decide(Decision {
             decision: DecisionKind::SkipCandidate,
@@ -262,6 +265,7 @@ impl Walk {
             outcome: cand.moving_on(),
             classified_by: None,
             probability: None,
+            cause: None,
         });
     }
 }
@@ -306,6 +310,7 @@ fn live_switch(
             outcome: StepOutcome::NextFallback,
             classified_by: None,
             probability: None,
+            cause: None,
         });
         return AfterError::Jump(j);
     }
@@ -324,6 +329,7 @@ fn live_switch(
         outcome: cand.moving_on(),
         classified_by: None,
         probability: None,
+        cause: None,
     });
     AfterError::Leave
 }
@@ -339,6 +345,7 @@ fn emit(d: &Decision, step: &str, client: Option<&str>) {
                 fallbackStepFromModel = %d.from_model,
                 fallbackStepToModel = d.to_model.as_deref().unwrap_or(""),
                 fallbackStepFromFailureReason = d.reason.as_deref().unwrap_or(""),
+                fallbackStepFromFailureCause = d.cause.unwrap_or(""),
                 fallbackStepFromFailureDetail = d.detail.as_deref().unwrap_or(""),
                 fallbackStepChainPosition = d.position,
                 fallbackStepFinalOutcome = d.outcome.name(),
@@ -1026,6 +1033,7 @@ impl Runner {
                 outcome: StepOutcome::Probing,
                 classified_by: None,
                 probability: None,
+                cause: None,
             });
         }
         let mut used: HashMap<RotationBudget, u32> = HashMap::new();
@@ -1108,6 +1116,7 @@ impl Runner {
                 error: None,
                 probe: tries.probe,
                 at_ms: self.now_ms(),
+                cause: None,
             };
             let error = match result {
                 Ok(value) => {
@@ -1218,6 +1227,7 @@ impl Runner {
             error: Some(text.clone()),
             probe,
             at_ms: self.now_ms(),
+            cause: f.effective_cause().map(Cause::name),
         });
         walk.decide(Decision {
             decision: DecisionKind::RetrySameCandidate,
@@ -1234,6 +1244,7 @@ impl Runner {
             probability: (c.decided_by == crate::classify::Decider::Model)
                 .then_some(c.probability)
                 .flatten(),
+            cause: f.effective_cause().map(Cause::name),
         });
     }
 
@@ -1374,6 +1385,7 @@ impl Runner {
                     outcome: cand.moving_on(),
                     classified_by: None,
                     probability: None,
+                    cause: None,
                 });
                 Ok(AfterError::Leave)
             }
@@ -1418,8 +1430,10 @@ impl Runner {
             text: scrub(&failure.text(), &turn.secrets),
             decided_by: c.decided_by.as_str(),
             probability,
+            cause: failure.effective_cause().map(Cause::name),
         };
         record.outcome = AttemptOutcome::Failed;
+        record.cause = verdict.cause;
         record.reason = Some(verdict.name.to_string());
         record.rule = c.rule.map(str::to_string);
         record.decided_by = Some(verdict.decided_by);
@@ -1506,6 +1520,7 @@ impl Runner {
             },
             classified_by: Some(verdict.decided_by),
             probability: verdict.probability,
+            cause: verdict.cause,
         });
         let s = &turn.secrets;
         let surfaced = SurfacedError {
@@ -1582,6 +1597,7 @@ impl Runner {
             outcome: StepOutcome::NextFallback,
             classified_by: Some(verdict.decided_by),
             probability: verdict.probability,
+            cause: verdict.cause,
         });
         let now = self.now_ms();
         for k in cand.index + 1..j {
@@ -1768,6 +1784,7 @@ impl Runner {
             outcome: StepOutcome::Succeeded,
             classified_by: None,
             probability: None,
+            cause: None,
         });
         Ok(RunOutput {
             value,

@@ -76,7 +76,7 @@ pub use retry::{
 pub use time::{Sleep, Sleeper, TokioClock, TokioSleeper, VirtualSleeper};
 pub(crate) use types::DeferredSuccess;
 pub use types::{
-    Attempt, AttemptError, AttemptOutcome, AttemptRecord, Decision, DecisionKind,
+    Attempt, AttemptError, AttemptOutcome, AttemptRecord, Cause, Decision, DecisionKind,
     FallbackSummaryError, Notice, ProviderFailure, RunError, RunOutput, StepOutcome, SurfacedError,
 };
 
@@ -853,6 +853,7 @@ mod tests {
             error: Some(error.into()),
             probe: false,
             at_ms: 0,
+            cause: None,
         }
     }
 

@@ -616,6 +616,7 @@ fn to_failure(e: &ScriptedError, now: u64) -> Result<ProviderFailure, String> {
             Some(r) => Some(now.saturating_add(parse_offset(r)?)),
             None => None,
         },
+        cause: None,
     })
 }
 

@@ -42,6 +42,54 @@ impl fmt::Debug for Attempt {
     }
 }
 
+/// What happened on the wire, beside the reason (issue 48): the SPEC's
+/// reasons keep the original's vocabulary (`timeout` covers a refused
+/// connection, a 500 and an HTML 502 page), and the cause says which it
+/// was. A closed list; [`ProviderFailure::effective_cause`] derives it
+/// where the caller did not set it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Cause {
+    /// No connection: refused, unreachable, DNS.
+    Connect,
+    /// The TLS handshake failed (a certificate, a protocol).
+    Tls,
+    /// One of the gateway's timers ran out (connect, first byte, first
+    /// token, idle, total, the request's deadline).
+    Deadline,
+    /// The connection broke before the answer's head, or while a whole
+    /// answer was read.
+    ConnectionReset,
+    /// A stream that had started ended or broke before its end.
+    StreamCut,
+    /// An HTML page where an API answer belongs (a proxy's or CDN's).
+    HtmlPage,
+    /// An HTTP 4xx error answer.
+    Http4xx,
+    /// An HTTP 5xx error answer.
+    Http5xx,
+    /// A 2xx answer that is an error or unusable (an error object, not JSON).
+    BadAnswer,
+}
+
+impl Cause {
+    /// The name used in attempt records, logs, metrics and `--explain`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::Connect => "connect",
+            Cause::Tls => "tls",
+            Cause::Deadline => "deadline",
+            Cause::ConnectionReset => "connection_reset",
+            Cause::StreamCut => "stream_cut",
+            Cause::HtmlPage => "html_page",
+            Cause::Http4xx => "http_4xx",
+            Cause::Http5xx => "http_5xx",
+            Cause::BadAnswer => "bad_answer",
+        }
+    }
+}
+
 /// A provider error, owned, as the caller's attempt function reports it.
 ///
 /// How to report each kind of failure (the rules then decide what it
@@ -79,6 +127,10 @@ pub struct ProviderFailure {
     /// An exact reset time the provider reported (epoch ms, R6.7).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reset_at: Option<u64>,
+    /// What happened on the wire, when the caller knows it (see
+    /// [`ProviderFailure::effective_cause`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
 }
 
 /// The text and type of an error body with the usual `{"error": "…"}` or
@@ -179,6 +231,49 @@ impl ProviderFailure {
     /// (REFERENCE a.7). Never put a URL or header in `what`.
     pub fn transport(what: &str) -> Self {
         ProviderFailure::message(format!("upstream {what}"))
+    }
+
+    /// Sets what happened on the wire.
+    pub fn with_cause(mut self, cause: Cause) -> Self {
+        self.cause = Some(cause);
+        self
+    }
+
+    /// What happened on the wire: the cause the caller set, else read
+    /// from the code (`ETIMEDOUT` a deadline, `ECONNRESET` a reset,
+    /// `ECONNREFUSED` and DNS codes a connection), else from the status
+    /// (an HTML body is an `html_page`, else `http_4xx` / `http_5xx`; a
+    /// 2xx status a `bad_answer`); `None` when nothing says.
+    pub fn effective_cause(&self) -> Option<Cause> {
+        if self.cause.is_some() {
+            return self.cause;
+        }
+        match self.code.as_deref().map(str::to_ascii_uppercase).as_deref() {
+            Some("ETIMEDOUT" | "ESOCKETTIMEDOUT") => return Some(Cause::Deadline),
+            Some("ECONNRESET" | "ECONNABORTED" | "EPIPE" | "ENETRESET") => {
+                return Some(Cause::ConnectionReset)
+            }
+            Some(
+                "ECONNREFUSED" | "ENOTFOUND" | "EAI_AGAIN" | "EHOSTUNREACH" | "ENETUNREACH"
+                | "EHOSTDOWN",
+            ) => return Some(Cause::Connect),
+            _ => {}
+        }
+        let status = self.status?;
+        let html = [self.body.as_deref(), self.message.as_deref()]
+            .into_iter()
+            .flatten()
+            .any(|t| {
+                let t = t.trim_start().as_bytes();
+                let starts = |p: &[u8]| t.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p));
+                starts(b"<!doctype html") || starts(b"<html")
+            });
+        Some(match status {
+            400..=599 if html => Cause::HtmlPage,
+            400..=499 => Cause::Http4xx,
+            500..=599 => Cause::Http5xx,
+            _ => Cause::BadAnswer,
+        })
     }
 
     /// Sets an exact reset time the provider reported (epoch ms, R6.7).
@@ -331,6 +426,9 @@ pub struct AttemptRecord {
     /// A readable summary of the error or of why the candidate was skipped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What happened on the wire (a failed attempt's [`Cause`], by name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<&'static str>,
     /// Whether the attempt probed a cooling provider (R10).
     pub probe: bool,
     /// When the attempt ended (epoch ms).
@@ -447,6 +545,10 @@ pub struct Decision {
     /// model decided.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probability: Option<f32>,
+    /// `fallbackStepFromFailureCause`: what happened on the wire (a
+    /// [`Cause`] by name), beside the reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<&'static str>,
 }
 
 /// An operational message for the reply surface (R13.3): not assistant
@@ -753,5 +855,56 @@ mod tests {
             assert_eq!(f.text(), format!("upstream {what}"));
             assert_eq!(reason(&f, "openai"), "timeout", "{what}");
         }
+    }
+}
+
+#[cfg(test)]
+mod cause_tests {
+    use super::{Cause, ProviderFailure};
+
+    // Issue 48 item 5: the cause read from what a failure holds, where the
+    // caller did not set one; one the caller set wins.
+    #[test]
+    fn i48_5_causes_are_read_from_code_status_and_body() {
+        let f = |status: Option<u16>, code: Option<&str>, body: Option<&str>| {
+            let mut f = ProviderFailure::message("x");
+            if let Some(s) = status {
+                f = f.with_status(s);
+            }
+            if let Some(c) = code {
+                f = f.with_code(c);
+            }
+            if let Some(b) = body {
+                f = f.with_body(b);
+            }
+            f.effective_cause()
+        };
+        assert_eq!(f(None, Some("ETIMEDOUT"), None), Some(Cause::Deadline));
+        assert_eq!(
+            f(None, Some("econnreset"), None),
+            Some(Cause::ConnectionReset)
+        );
+        assert_eq!(f(None, Some("ECONNREFUSED"), None), Some(Cause::Connect));
+        assert_eq!(f(None, Some("ENOTFOUND"), None), Some(Cause::Connect));
+        assert_eq!(
+            f(Some(502), None, Some("  <!DOCTYPE html><html>…")),
+            Some(Cause::HtmlPage)
+        );
+        assert_eq!(
+            f(Some(403), None, Some("<HTML><BODY>Access Denied")),
+            Some(Cause::HtmlPage)
+        );
+        assert_eq!(
+            f(Some(500), None, Some(r#"{"error":{}}"#)),
+            Some(Cause::Http5xx)
+        );
+        assert_eq!(f(Some(429), None, None), Some(Cause::Http4xx));
+        assert_eq!(f(Some(200), None, Some("not json")), Some(Cause::BadAnswer));
+        assert_eq!(f(None, None, None), None);
+        let set = ProviderFailure::message("x")
+            .with_status(500)
+            .with_cause(Cause::StreamCut);
+        assert_eq!(set.effective_cause(), Some(Cause::StreamCut));
+        assert_eq!(Cause::HtmlPage.name(), "html_page");
     }
 }

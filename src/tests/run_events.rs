@@ -31,6 +31,8 @@ async fn r14_2_decision_events() {
         "fallbackStepFromModel=anthropic/claude",
         "fallbackStepToModel=\"openai/gpt\"",
         "fallbackStepFromFailureReason=\"auth\"",
+        // Issue 48: the cause beside the reason (a 401 answer).
+        "fallbackStepFromFailureCause=\"http_4xx\"",
         "fallbackStepFromFailureDetail=\"Incorrect API key provided: <redacted>\"",
         "fallbackStepChainPosition=1",
         "fallbackStepFinalOutcome=\"next_fallback\"",

@@ -837,6 +837,10 @@ fn count_attempts(gw: &Gateway, set: &ActiveSet, attempts: &[failover::AttemptRe
             outcome,
             a.reason.as_deref().unwrap_or("none"),
         );
+        if let Some(cause) = a.cause {
+            gw.metrics
+                .failure_cause(&a.provider, a.reason.as_deref().unwrap_or("none"), cause);
+        }
         if let Some(by) = a.decided_by {
             gw.metrics.classification(by);
         }

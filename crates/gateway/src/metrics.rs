@@ -32,6 +32,7 @@ pub(crate) mod names {
     pub(crate) const PROFILES_COOLING: &str = "profiles_cooling";
     pub(crate) const MODELS_COOLING: &str = "models_cooling";
     pub(crate) const RELOAD_REFUSED: &str = "reload_refused";
+    pub(crate) const FAILURE_CAUSES: &str = "failure_causes";
     pub(crate) const PROBES: &str = "probes";
     pub(crate) const UPSTREAM_LATENCY: &str = "upstream_latency_seconds";
     pub(crate) const UPSTREAM_FIRST_BYTE: &str = "upstream_first_byte_seconds";
@@ -91,6 +92,13 @@ struct ProviderLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabels {
+    provider: String,
+    reason: String,
+    cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModelLabels {
     provider: String,
     model: String,
@@ -145,6 +153,7 @@ pub struct Metrics {
     windows: Family<KindLabels, Counter>,
     cooling: Family<ProviderLabels, Gauge>,
     models_cooling: Family<ModelLabels, Gauge>,
+    failure_causes: Family<CauseLabels, Counter>,
     probes: Family<OutcomeLabels, Counter>,
     latency: Family<ProviderLabels, Histogram, fn() -> Histogram>,
     ttfb: Family<ProviderLabels, Histogram, fn() -> Histogram>,
@@ -212,6 +221,12 @@ impl Metrics {
             MODELS_COOLING,
             "Model-scoped cooldowns running now (R7.3): auth profiles on which the model is cooling, by provider and model",
             models_cooling.clone(),
+        );
+        let failure_causes = Family::<CauseLabels, Counter>::default();
+        registry.register(
+            FAILURE_CAUSES,
+            "Failed upstream attempts by provider, reason and what happened on the wire (connect, tls, deadline, connection_reset, stream_cut, html_page, http_4xx, http_5xx, bad_answer)",
+            failure_causes.clone(),
         );
         let probes = Family::<OutcomeLabels, Counter>::default();
         registry.register(PROBES, "Cooldown probes by outcome", probes.clone());
@@ -295,6 +310,7 @@ impl Metrics {
             windows,
             cooling,
             models_cooling,
+            failure_causes,
             probes,
             latency,
             ttfb,
@@ -398,6 +414,17 @@ impl Metrics {
             .observe(seconds);
     }
 
+    /// A failed attempt's cause beside its reason (issue 48).
+    pub(crate) fn failure_cause(&self, provider: &str, reason: &str, cause: &'static str) {
+        self.failure_causes
+            .get_or_create(&CauseLabels {
+                provider: provider.to_string(),
+                reason: reason.to_string(),
+                cause,
+            })
+            .inc();
+    }
+
     pub(crate) fn reload(&self, ok: bool) {
         self.reloads
             .get_or_create(&OutcomeLabels {
@@ -457,6 +484,7 @@ mod tests {
         let m = Metrics::new();
         m.request("openai", "ok");
         m.attempt("openai", "gpt", "failed", "rate_limit");
+        m.failure_cause("openai", "timeout", "connect");
         m.reload(false);
         let text = m.render(&StateView {
             cooling: vec![("openai".into(), 2)],
@@ -472,6 +500,10 @@ mod tests {
         );
         assert!(text.contains(r#"failover_attempts_total{provider="openai",model="gpt",outcome="failed",reason="rate_limit"} 1"#));
         assert!(text.contains(r#"failover_profiles_cooling{provider="openai"} 2"#));
+        assert!(
+            text.contains(r#"failover_failure_causes_total{provider="openai",reason="timeout",cause="connect"} 1"#),
+            "{text}"
+        );
         assert!(
             text.contains(r#"failover_models_cooling{provider="openai",model="gpt-5"} 1"#),
             "{text}"

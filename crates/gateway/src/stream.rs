@@ -38,7 +38,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::json;
 
-use failover::{ProviderFailure, Runner};
+use failover::{Cause, ProviderFailure, Runner};
 
 use super::continuation::Continuer;
 use super::metrics::Metrics;
@@ -121,6 +121,10 @@ impl Recorder {
             .await;
         self.metrics
             .attempt(p, &self.model_label, "failed_mid_stream", &reason);
+        // A stream that had started and broke: `stream_cut`, unless a
+        // timer ended it (`deadline`, from its `ETIMEDOUT`).
+        let cause = failure.effective_cause().unwrap_or(Cause::StreamCut).name();
+        self.metrics.failure_cause(p, &reason, cause);
         let redactor = self.set.redactor().await;
         let text = redactor.scrub(&failure.text()).into_owned();
         tracing::warn!(
@@ -129,6 +133,7 @@ impl Recorder {
             model = m,
             profile = self.profile_id.as_deref().unwrap_or(""),
             reason = %reason,
+            cause,
             detail = %text.chars().take(400).collect::<String>(),
             "stream_failed_after_first_byte"
         );

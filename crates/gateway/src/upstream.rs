@@ -36,7 +36,7 @@ use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 use failover::state::{Credential, Profile};
-use failover::{AttemptError, ProviderFailure};
+use failover::{AttemptError, Cause, ProviderFailure};
 
 use super::metrics::Metrics;
 use super::protocol::Protocol;
@@ -342,17 +342,25 @@ fn send_failure(e: &hyper_util::client::legacy::Error, uri: &axum::http::Uri) ->
         (None, _) => "the upstream".to_string(),
     };
     if e.is_connect() {
-        let what = format!(
-            "connection refused or failed ({host}: {})",
-            connect_cause(e)
-        );
-        return AttemptError::Provider(ProviderFailure::transport(&what));
+        let why = connect_cause(e);
+        let what = format!("connection refused or failed ({host}: {why})");
+        // Issue 48: the reason stays the original's `timeout`; the cause
+        // says which of these it was.
+        let cause = match why {
+            "TLS handshake failed" => Cause::Tls,
+            "connect timed out" => Cause::Deadline,
+            "connection reset" => Cause::ConnectionReset,
+            _ => Cause::Connect,
+        };
+        return AttemptError::Provider(ProviderFailure::transport(&what).with_cause(cause));
     }
     // The request went out and the connection broke before the response
     // head: a reset (`ECONNRESET`, which the rules read as `timeout` as
     // they read the message), which a retry budget may ask again.
     AttemptError::Provider(
-        ProviderFailure::transport(&format!("network error ({host})")).with_code("ECONNRESET"),
+        ProviderFailure::transport(&format!("network error ({host})"))
+            .with_code("ECONNRESET")
+            .with_cause(Cause::ConnectionReset),
     )
 }
 
@@ -401,9 +409,10 @@ fn no_credential(provider: &str) -> AttemptError {
 
 /// A body that broke off after the head.
 fn body_failure(_: &hyper::Error) -> AttemptError {
-    AttemptError::Provider(ProviderFailure::transport(
-        "connection reset while reading the response",
-    ))
+    AttemptError::Provider(
+        ProviderFailure::transport("connection reset while reading the response")
+            .with_cause(Cause::ConnectionReset),
+    )
 }
 
 /// The header an API key goes in, for an upstream protocol (`None`:

@@ -141,6 +141,24 @@ fn classify_one(engine: &Engine, args: &ClassifyArgs) -> i32 {
     if args.explain {
         let (c, ex) = engine.explain(&err);
         print!("{}", render_explanation(engine, &c, &ex));
+        // Issue 48: what happened on the wire, beside the SPEC's reason
+        // (a 502 HTML page and a refused connection are both `timeout`).
+        let mut f = failover::ProviderFailure::message(args.message.clone().unwrap_or_default());
+        if let Some(s) = args.status {
+            f = f.with_status(s);
+        }
+        if let Some(code) = &args.code {
+            f = f.with_code(code.clone());
+        }
+        if let Some(b) = &args.body {
+            f = f.with_body(b.clone());
+        }
+        if let Some(cause) = f.effective_cause() {
+            println!(
+                "  cause: {} (what happened on the wire; the reason above is what it means)",
+                cause.name()
+            );
+        }
         if ex.model.is_some() && !args.rules.no_defaults {
             print!("{}", nearest_examples(engine, &err));
         }

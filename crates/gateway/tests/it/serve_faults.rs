@@ -159,6 +159,26 @@ models:
         attempts.iter().all(|a| a["reason"] == "timeout"),
         "{attempts:?}"
     );
+    // Issue 48 item 5: the reason stays the SPEC's `timeout`; the cause
+    // says the connection was refused, in the attempt and in /metrics.
+    assert!(
+        attempts.iter().all(|a| a["cause"] == "connect"),
+        "{attempts:?}"
+    );
+    let m = http
+        .get(format!("http://{}/metrics", running.addr))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        m.contains(
+            r#"failover_failure_causes_total{provider="prim",reason="timeout",cause="connect"} 1"#
+        ),
+        "{m}"
+    );
 
     // Both cooling now: skipped, still not a rate limit (Anthropic's
     // overloaded type for its clients).

@@ -437,6 +437,47 @@ async fn i44_2_one_request_holds_at_most_its_share_of_the_budget() {
     gw.stop().await;
 }
 
+// Issue 48 item 5: an HTML 502 page and a JSON 500 are both `timeout` by
+// the SPEC's table, and their causes tell them apart: `html_page` and
+// `http_5xx`, in the client's attempts (x-failover-attempts' records) and
+// in /metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i48_5_the_cause_beside_the_reason() {
+    let gw = Gw::start("cause", Setup::default()).await;
+    gw.prim.push(Reply::Http {
+        status: 502,
+        headers: vec![("content-type".into(), "text/html".into())],
+        body: "<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx</center></body></html>".into(),
+    });
+    gw.back.push(error(500, r#"{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error"}}"#));
+    let r = gw.openai(chat("prim/model-a"), None).await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    let attempts = r.json()["error"]["failover"]["attempts"].clone();
+    let got: Vec<(String, String)> = attempts
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["reason"].as_str().unwrap_or("").to_string(),
+                a["cause"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("timeout".to_string(), "html_page".to_string()),
+            ("timeout".to_string(), "http_5xx".to_string())
+        ],
+        "{attempts}"
+    );
+    let m = metrics(&gw).await;
+    assert!(m.contains(r#"cause="html_page""#), "{m}");
+    assert!(m.contains(r#"cause="http_5xx""#), "{m}");
+    gw.stop().await;
+}
+
 // Issue 30 (found by fuzz_upstream.rs): an error object under a 200
 // is a failure, classified from its body, never an answer passed through
 // as it came (it may echo the key).
