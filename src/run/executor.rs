@@ -1329,6 +1329,8 @@ impl Runner {
         Fut: Future<Output = Result<T, AttemptError>>,
     {
         let (p, m) = (cand.provider(), cand.model_name());
+        // The OpenTelemetry GenAI conventions' names beside ours (issue
+        // 48): a trace backend groups them with other GenAI spans.
         let span = tracing::info_span!(
             target: "failover::run",
             "failover_attempt",
@@ -1337,6 +1339,13 @@ impl Runner {
             profile_id = profile_id.as_deref().unwrap_or(""),
             attempt = number,
             probe,
+            gen_ai.system = p,
+            gen_ai.operation.name = "chat",
+            gen_ai.request.model = m,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            http.response.status_code = tracing::field::Empty,
         );
         let call = Attempt {
             provider: p.into(),
@@ -1348,7 +1357,17 @@ impl Runner {
             number,
             probe,
         };
-        attempt(call).instrument(span).await
+        let result = attempt(call).instrument(span.clone()).await;
+        if let Err(AttemptError::Provider(f)) = &result {
+            // What happened on the wire; the reason is the decision's.
+            if let Some(c) = f.effective_cause() {
+                span.record("error.type", c.name());
+            }
+            if let Some(st) = f.status {
+                span.record("http.response.status_code", i64::from(st));
+            }
+        }
+        result
     }
 
     /// What an attempt's error means for the walk. The fallback override

@@ -53,6 +53,11 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
             .map(|s| s.scope().skip(1).map(|p| p.name().to_string()).collect())
             .unwrap_or_default();
         let m = attrs.metadata();
+        // Declared fields recorded later (`Empty` at creation) count too:
+        // the document lists every field a span declares.
+        for field in m.fields() {
+            f.0.entry(field.name().to_string()).or_default();
+        }
         self.0.lock().unwrap().push(Seen {
             span: true,
             name: m.name().into(),

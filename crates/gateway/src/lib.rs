@@ -51,6 +51,7 @@ mod check;
 pub mod errors;
 mod log;
 mod metrics;
+mod otel;
 mod protocol;
 mod continuation;
 mod keys;
@@ -931,6 +932,21 @@ async fn run(
                 })
                 .await;
                 waited_us.fetch_add(called.elapsed().as_micros() as u64, Ordering::Relaxed);
+                // Traces on (src/otel.rs): a whole answer's token usage on
+                // the attempt's span (GenAI conventions). Off, the span is
+                // disabled and nothing is read.
+                let span = tracing::Span::current();
+                if !span.is_disabled() {
+                    if let Ok(Answer::Whole(b, _)) = &answer {
+                        let (input, output) = keys::usage_of(b);
+                        if input + output > 0 {
+                            // As i64: OTLP's integer (a u64 goes out as text).
+                            let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                            span.record("gen_ai.usage.input_tokens", int(input));
+                            span.record("gen_ai.usage.output_tokens", int(output));
+                        }
+                    }
+                }
                 Ok(match answer? {
                     // The same protocol: the upstream's bytes as they came.
                     Answer::Whole(b, held) if up_proto == req.protocol => Done::Whole(b, held),
@@ -1662,7 +1678,18 @@ pub fn main(opts: Options, logging: Logging) -> i32 {
                 .with_filter(filter),
         ),
     };
-    let _ = tracing_subscriber::registry().with(layer).try_init();
+    // OpenTelemetry traces when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    // (src/otel.rs); otherwise no layer at all.
+    let (traces_layer, traces) = match otel::start::<tracing_subscriber::Registry>() {
+        Ok(Some((l, t))) => (Some(Box::new(l) as Boxed), Some(t)),
+        Ok(None) => (None, None),
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
+    let layers: Vec<Boxed> = std::iter::once(layer).chain(traces_layer).collect();
+    let _ = tracing_subscriber::registry().with(layers).try_init();
     // With workers (the default) this runtime only starts the gateway,
     // handles signals and reloads, and holds a shared backend's connection:
     // one thread is enough. With `--workers 0` it serves too, on every core.
@@ -1682,7 +1709,7 @@ pub fn main(opts: Options, logging: Logging) -> i32 {
             return 2;
         }
     };
-    rt.block_on(async move {
+    let code = rt.block_on(async move {
         let running = match start(opts).await {
             Ok(r) => r,
             Err(e) => {
@@ -1720,7 +1747,12 @@ pub fn main(opts: Options, logging: Logging) -> i32 {
         tracing::info!(target: "failover::serve", "shutting down");
         running.shutdown().await;
         0
-    })
+    });
+    // The spans still waiting go out before the process ends.
+    if let Some(t) = traces {
+        t.shutdown();
+    }
+    code
 }
 
 #[cfg(test)]

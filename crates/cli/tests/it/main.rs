@@ -29,6 +29,7 @@ mod readme_walkthrough;
 mod serve_memory;
 mod serve_reload_cli;
 mod serve_state_degraded;
+mod serve_traces;
 mod simulate;
 mod simulate_backends;
 mod spec_ids;

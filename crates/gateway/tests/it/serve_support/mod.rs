@@ -722,7 +722,7 @@ pub(crate) fn sdk_python(test: &str) -> Option<PathBuf> {
     if p.exists() {
         return Some(p);
     }
-    let msg = "the Python SDK venv is missing: run `python3 -m venv .ci/venv && .ci/venv/bin/pip install openai anthropic`";
+    let msg = "the Python SDK venv is missing: run `python3 -m venv .ci/venv && .ci/venv/bin/pip install openai anthropic opentelemetry-proto`";
     let opted_out = std::env::var("FAILOVER_SKIP_SDK").as_deref() == Ok("1");
     if std::env::var_os("CI").is_some() || !opted_out {
         panic!("{msg} (or set FAILOVER_SKIP_SDK=1 to skip {test})");
