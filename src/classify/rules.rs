@@ -128,7 +128,7 @@ pub enum RulesError {
         message: String,
     },
     /// The rules were read and have errors: every diagnostic, with its
-    /// stable code (`E001` …, listed in the README, "Diagnostics") and position.
+    /// stable code (`E001` …, listed in docs/rules.md, "Diagnostics") and position.
     Invalid(Diagnostics),
 }
 

@@ -1,5 +1,5 @@
 //! Choosing and opening a state backend from the config's `state:` block
-//! (issue 13; README "State backends").
+//! (issue 13; docs/gateway.md "State backends").
 //!
 //! | `state.backend` | where the routing state and sessions live |
 //! |---|---|

@@ -1823,7 +1823,7 @@ mod tests {
         assert_eq!(small.sessions.len(), 2);
     }
 
-    // README ("retries with backoff"): the first retry is due RECONNECT_MIN
+    // docs/gateway.md ("retries with backoff"): the first retry is due RECONNECT_MIN
     // after the outage began; none before it is due; each failed one
     // doubles the wait, up to RECONNECT_MAX. (The test sets the due time
     // itself, so a slow host cannot change what it sees.)

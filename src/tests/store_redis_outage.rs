@@ -1,5 +1,5 @@
 //! A Redis store losing its server while serving, and its other edges
-//! (README, "state:"): a real `redis-server` on a free loopback port,
+//! (docs/gateway.md, "State backends"): a real `redis-server` on a free loopback port,
 //! stopped with SIGKILL and started again. Lost while serving, a replica
 //! answers from its local view (every record it read or wrote), warns
 //! once, counts the outage, retries with backoff (not on every request),
@@ -94,7 +94,7 @@ async fn until_up(s: &RedisStore) {
     }
 }
 
-// README ("lost while serving, each replica answers from its local view,
+// docs/gateway.md ("lost while serving, each replica answers from its local view,
 // warns once, … retries with backoff and merges its changes back"); the
 // outage count is what `failover_state_backend_up` and `status` report.
 #[tokio::test(flavor = "current_thread")]

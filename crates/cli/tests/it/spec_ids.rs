@@ -91,3 +91,40 @@ fn the_readme_links_nothing_outside_the_repository() {
         assert!(root().join(path).exists(), "{path} is missing");
     }
 }
+
+// Issue 48: the README is the front door — at most 400 lines, no `sudo` in
+// a copy-paste line — and every relative link of the pages it hands over
+// to (docs/*.md) resolves.
+#[test]
+fn i48_the_front_door_is_short_and_its_pages_link_true() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(lines <= 400, "README.md has {lines} lines");
+    let mut in_block = false;
+    for l in readme.lines() {
+        if l.trim_start().starts_with("```") {
+            in_block = !in_block;
+        } else if in_block {
+            assert!(
+                !l.trim_start().starts_with("sudo "),
+                "a copy-paste line with sudo: {l}"
+            );
+        }
+    }
+    let link = regex::Regex::new(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)").unwrap();
+    for e in std::fs::read_dir(root().join("docs")).unwrap().flatten() {
+        let path = e.path();
+        if path.extension().is_none_or(|x| x != "md") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for c in link.captures_iter(&text) {
+            let target = c.get(1).unwrap().as_str();
+            assert!(
+                path.parent().unwrap().join(target).exists(),
+                "{} links `{target}`, which does not exist",
+                path.display()
+            );
+        }
+    }
+}
