@@ -220,21 +220,10 @@ pub(crate) struct Failure<'a> {
     pub outranks: Option<&'a (dyn Fn(&str) -> bool + Sync)>,
 }
 
-impl std::fmt::Debug for Failure<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Failure")
-            .field("reason", &self.reason)
-            .field("model", &self.model)
-            .field("reset_at", &self.reset_at)
-            .field("probe", &self.probe)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Failure<'_> {
     fn outranks(&self, recorded: Option<&str>) -> bool {
         match (self.outranks, recorded) {
-            (Some(f), Some(r)) => r != self.reason && f(r),
+            (Some(f), Some(r)) => f(r),
             _ => false,
         }
     }
@@ -757,6 +746,110 @@ mod tests {
         assert!(!is_available(&s, "openai:a", Some("gpt-5"), T0 + 3));
     }
 
+    // R7.3, R7.4: a model's windows step 1, 5, 25, 60 minutes on its own
+    // count, each starting at the previous one's expiry; a failure more
+    // than the failure window after its last starts over at one minute
+    // (R16.6, per model).
+    #[test]
+    fn r7_4_a_models_windows_step_on_its_own_count() {
+        let mut s = AuthState::default();
+        let mut now = T0;
+        for expect in [1, 5, 25, 60, 60] {
+            let e = fail(&mut s, "rate_limit", &rate_limit(), Some("m"), now);
+            let FailureEffect::Started(block) = e else {
+                panic!("{e:?}")
+            };
+            assert_eq!(block.until(), now + expect * MINUTE_MS);
+            now = block.until();
+        }
+        let later = now + 25 * HOUR_MS;
+        let e = fail(&mut s, "rate_limit", &rate_limit(), Some("m"), later);
+        assert_eq!(
+            e.clone(),
+            FailureEffect::Started(Block::Cooling {
+                until: later + MINUTE_MS,
+                model: Some("m".into()),
+                reason: Some("rate_limit".into()),
+            }),
+            "{e:?}"
+        );
+        assert_eq!(
+            s.usage_stats["openai:a"].model_cooldowns["m"].error_count,
+            1
+        );
+    }
+
+    // R16.5: a failed probe of a profile-wide window steps it up too.
+    #[test]
+    fn r16_5_a_failed_probe_steps_a_profile_wide_window_up() {
+        let mut s = AuthState::default();
+        let b = auth();
+        fail(&mut s, "auth", &b, None, T0);
+        let f = Failure {
+            reason: "auth",
+            behaviour: &b,
+            model: None,
+            reset_at: None,
+            probe: true,
+            outranks: None,
+        };
+        let e = record_failure(
+            &mut s,
+            "openai:a",
+            "openai",
+            &f,
+            &CooldownPolicy::default(),
+            T0 + 10,
+        );
+        assert!(matches!(e, FailureEffect::Started(_)), "{e:?}");
+        assert_eq!(
+            s.usage_stats["openai:a"].cooldown_until,
+            Some(T0 + 10 + 5 * MINUTE_MS)
+        );
+    }
+
+    // R7.3: with both running, the later of the profile-wide and the
+    // model's window stands; on a tie, the profile-wide one (it blocks
+    // every model).
+    #[test]
+    fn r7_3_the_later_window_stands_and_a_tie_is_profile_wide() {
+        let mut st = UsageStats {
+            cooldown_until: Some(T0 + MINUTE_MS),
+            cooldown_reason: Some("auth".into()),
+            ..Default::default()
+        };
+        st.model_cooldowns.insert(
+            "m".into(),
+            crate::store::ModelCooldown {
+                cooldown_until: Some(T0 + MINUTE_MS),
+                cooldown_reason: Some("rate_limit".into()),
+                error_count: 1,
+                ..Default::default()
+            },
+        );
+        let b = block_for(&st, Some("m"), T0).unwrap();
+        assert_eq!(
+            b,
+            Block::Cooling {
+                until: T0 + MINUTE_MS,
+                model: None,
+                reason: Some("auth".into())
+            }
+        );
+        st.model_cooldowns.get_mut("m").unwrap().cooldown_until = Some(T0 + 2 * MINUTE_MS);
+        let b = block_for(&st, Some("m"), T0).unwrap();
+        assert_eq!(b.until(), T0 + 2 * MINUTE_MS);
+        assert_eq!(b.reason(), Some("rate_limit"));
+        // Another model sees only the profile-wide one; at its end, nothing.
+        assert_eq!(
+            block_for(&st, Some("o"), T0).unwrap().until(),
+            T0 + MINUTE_MS
+        );
+        assert_eq!(block_for(&st, Some("o"), T0 + MINUTE_MS), None);
+        assert!(block_for(&st, Some("m"), T0 + 2 * MINUTE_MS - 1).is_some());
+        assert_eq!(block_for(&st, Some("m"), T0 + 2 * MINUTE_MS), None);
+    }
+
     // D4: a window without a recorded reason takes the most counted one.
     #[test]
     fn d4_a_block_without_reason_takes_the_most_counted() {
@@ -774,6 +867,22 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(block_for(&bare, Some("m"), T0).unwrap().reason(), None);
+        // A tie goes to the first by name; a zero count is no evidence.
+        let tie = UsageStats {
+            cooldown_until: Some(T0 + MINUTE_MS),
+            failure_counts: [("overloaded".to_string(), 2), ("timeout".to_string(), 2)].into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            block_for(&tie, Some("m"), T0).unwrap().reason(),
+            Some("overloaded")
+        );
+        let zero = UsageStats {
+            cooldown_until: Some(T0 + MINUTE_MS),
+            failure_counts: [("timeout".to_string(), 0)].into(),
+            ..Default::default()
+        };
+        assert_eq!(block_for(&zero, Some("m"), T0).unwrap().reason(), None);
     }
 
     #[test]

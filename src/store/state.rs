@@ -629,4 +629,95 @@ mod tests {
         let mut problems = Vec::new();
         assert!(AuthState::from_json(json!([1]), Path::new("s.json"), &mut problems).is_err());
     }
+
+    fn window(until: u64, last: u64) -> ModelCooldown {
+        ModelCooldown {
+            cooldown_until: Some(until),
+            cooldown_reason: Some("rate_limit".into()),
+            error_count: 1,
+            last_failure_at: Some(last),
+            extra: Map::new(),
+        }
+    }
+
+    // Issue 51: a model window is kept while it runs or while its last
+    // failure is inside the failure window; at both ends, dropped.
+    #[test]
+    fn model_windows_are_pruned_past_both_ends() {
+        let mut s = UsageStats::default();
+        s.model_cooldowns.insert("running".into(), window(1_001, 0));
+        s.model_cooldowns
+            .insert("counting".into(), window(500, 900));
+        s.model_cooldowns.insert("over".into(), window(1_000, 899));
+        s.prune_model_windows(1_000, 100);
+        let kept: Vec<&str> = s.model_cooldowns.keys().map(String::as_str).collect();
+        assert_eq!(kept, ["counting", "running"]);
+    }
+
+    // Issue 51: the original's fields copy the model window that ends last,
+    // unless a profile-wide cooldown runs; with no model window running
+    // they are cleared when they held one, and a profile-wide record is
+    // left alone.
+    #[test]
+    fn the_originals_fields_mirror_the_latest_model_window() {
+        let mut s = UsageStats::default();
+        s.model_cooldowns.insert("a".into(), window(2_000, 0));
+        s.model_cooldowns.insert("b".into(), window(3_000, 0));
+        s.mirror_model_windows(1_000);
+        assert_eq!(
+            (s.cooldown_model.as_deref(), s.cooldown_until),
+            (Some("b"), Some(3_000))
+        );
+        // At b's end, none runs: cleared.
+        s.mirror_model_windows(3_000);
+        assert_eq!(
+            (s.cooldown_model.as_deref(), s.cooldown_until),
+            (None, None)
+        );
+        // A profile-wide cooldown running stays as it is.
+        s.cooldown_until = Some(1_500);
+        s.cooldown_reason = Some("auth".into());
+        s.mirror_model_windows(1_000);
+        assert_eq!(
+            (s.cooldown_model.as_deref(), s.cooldown_until),
+            (None, Some(1_500))
+        );
+        // Over, the model window that ends last replaces it.
+        s.mirror_model_windows(1_500);
+        assert_eq!(
+            (s.cooldown_model.as_deref(), s.cooldown_until),
+            (Some("b"), Some(3_000))
+        );
+        // An expired profile-wide record with no model window is left.
+        let mut p = UsageStats {
+            cooldown_until: Some(10),
+            cooldown_reason: Some("auth".into()),
+            ..Default::default()
+        };
+        p.mirror_model_windows(1_000);
+        assert_eq!(p.cooldown_until, Some(10));
+    }
+
+    // Issue 51: a `cooldownModel` the map does not name is that model's
+    // window, and is moved into the map with the profile's count.
+    #[test]
+    fn a_legacy_model_window_is_read_and_migrated() {
+        let mut s = UsageStats {
+            cooldown_until: Some(2_000),
+            cooldown_reason: Some("rate_limit".into()),
+            cooldown_model: Some("gpt-5".into()),
+            error_count: 3,
+            last_failure_at: Some(100),
+            ..Default::default()
+        };
+        assert_eq!(s.profile_cooldown(), None);
+        assert_eq!(s.model_window("gpt-5").map(|w| w.until), Some(2_000));
+        s.migrate_model_window();
+        let w = &s.model_cooldowns["gpt-5"];
+        assert_eq!(
+            (w.cooldown_until, w.error_count, w.last_failure_at),
+            (Some(2_000), 3, Some(100))
+        );
+        assert_eq!(s.model_windows().count(), 1, "not counted twice");
+    }
 }
