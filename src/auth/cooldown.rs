@@ -779,6 +779,22 @@ mod tests {
         );
     }
 
+    // R16.6 per model: the count resets only once the failure window
+    // (24 h) has passed without a failure — at exactly 24 h it still counts.
+    #[test]
+    fn r16_6_a_models_count_resets_only_past_the_failure_window() {
+        let day = 24 * HOUR_MS;
+        for (after, step) in [(day, 5), (day + 1, 1)] {
+            let mut s = AuthState::default();
+            fail(&mut s, "rate_limit", &rate_limit(), Some("m"), T0);
+            let e = fail(&mut s, "rate_limit", &rate_limit(), Some("m"), T0 + after);
+            let FailureEffect::Started(b) = e else {
+                panic!("{e:?}")
+            };
+            assert_eq!(b.until(), T0 + after + step * MINUTE_MS, "after {after} ms");
+        }
+    }
+
     // R16.5: a failed probe of a profile-wide window steps it up too.
     #[test]
     fn r16_5_a_failed_probe_steps_a_profile_wide_window_up() {
