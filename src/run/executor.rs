@@ -618,8 +618,6 @@ impl Runner {
                 reason: Some(r.to_string()),
             });
         }
-        // R10.2, R16.2: disabled (billing) — only the primary, only alone or
-        // near expiry, throttled.
         // D4: a block with no reason recorded or counted is `unclassified`
         // in the attempt, as the original records `unknown`.
         let reason_of = |b: Option<&&Block>| {
@@ -629,6 +627,8 @@ impl Runner {
                     .to_string(),
             )
         };
+        // R10.2, R16.2: disabled (billing) — only the primary, only alone or
+        // near expiry, throttled.
         if blocks.iter().all(|b| matches!(b, Block::Disabled { .. })) {
             let r = reason_of(blocks.first());
             if is_primary
