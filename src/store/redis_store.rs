@@ -1730,6 +1730,16 @@ mod tests {
             "the latest window mirrored"
         );
         assert_eq!(m.cooldown_until, Some(T + 300_000));
+        // The same end on both sides: the server's reason stays (what the
+        // other replicas already read), as for profile-wide windows.
+        let mut theirs = window(T + 60_000, 1);
+        theirs.cooldown_reason = Some("overloaded".into());
+        remote.model_cooldowns.insert("m1".into(), theirs);
+        let m = merge_stats(Some(Some(&base)), Some(&remote), &local);
+        assert_eq!(
+            m.model_cooldowns["m1"].cooldown_reason.as_deref(),
+            Some("overloaded")
+        );
     }
 
     // Failures on both sides: each deadline takes the later one with its
