@@ -565,7 +565,11 @@ impl Runner {
     /// failure that is not transient; a recorded name the rules do not
     /// declare is outranked.
     pub(crate) fn outranks<'s>(&'s self, b: &ReasonBehaviour) -> impl Fn(&str) -> bool + Sync + 's {
-        let rank = |b: &ReasonBehaviour| (u8::from(b.skip_provider) << 1) | u8::from(!b.transient);
+        let rank = |b: &ReasonBehaviour| match (b.skip_provider, b.transient) {
+            (true, _) => 2,
+            (false, false) => 1,
+            (false, true) => 0,
+        };
         let mine = rank(b);
         let rs = self.engine.ruleset();
         move |recorded: &str| {

@@ -1544,3 +1544,24 @@ async fn r11_5_falling_back_to_the_overrides_origin_keeps_it_until_it_answers() 
     assert_eq!(e.model_override, None, "the origin answered: cleared");
     assert_eq!(e.model_override_source, None);
 }
+
+// R16.5 (issue 51, D3): which reason a kept window records, ranked by
+// behaviour: `skip provider` (auth_permanent) over reasons that are not
+// transient (auth, billing) over transient ones (rate_limit, overloaded);
+// never a weaker or an equal one; a name the rules do not declare is
+// outranked.
+#[tokio::test(start_paused = true)]
+async fn d3_stronger_reasons_outrank_weaker_ones() {
+    let h = setup(BASIC, KEYS);
+    let rs = h.runner.engine().ruleset();
+    let b = |name: &str| rs.reason(rs.reason_id(name).unwrap()).behaviour.clone();
+    let outranks = |new: &str, recorded: &str| (h.runner.outranks(&b(new)))(recorded);
+    assert!(outranks("auth", "rate_limit"));
+    assert!(outranks("auth_permanent", "auth"));
+    assert!(outranks("auth_permanent", "rate_limit"));
+    assert!(!outranks("rate_limit", "auth"));
+    assert!(!outranks("auth", "auth_permanent"));
+    assert!(!outranks("overloaded", "rate_limit"), "equal ranks");
+    assert!(!outranks("auth", "billing"), "equal ranks");
+    assert!(outranks("rate_limit", "no_such_reason"));
+}
