@@ -27,6 +27,7 @@ mod model_cli;
 mod module_graph;
 mod readme_walkthrough;
 mod serve_memory;
+mod serve_process;
 mod serve_reload_cli;
 mod serve_state_degraded;
 mod serve_traces;

@@ -5,11 +5,9 @@
 //! within the baseline, the budget and a constant, and after the load its
 //! memory is back near the baseline.
 
-use std::io::BufRead;
-use std::sync::{Arc, Mutex};
-
 use serde_json::json;
 
+use crate::serve_process::{listen_addr, stderr_lines, Killed};
 use crate::serve_support::*;
 
 /// The budget the gateway is given.
@@ -17,15 +15,6 @@ const BUDGET_MIB: u64 = 32;
 /// What the gateway may hold beyond its budget at its peak: the runtime,
 /// connection buffers, a stream's chunks in flight, allocator slack.
 const SLACK_MIB: u64 = 64;
-
-struct Guard(std::process::Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A `/proc/PID/status` field in KiB (`VmRSS`, `VmHWM`).
 fn status_kib(pid: u32, field: &str) -> u64 {
@@ -68,30 +57,11 @@ async fn i44_serve_memory_stays_within_its_budget() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
+    let lines = stderr_lines(&mut child);
     let pid = child.id();
-    let _guard = Guard(child);
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let sink = lines.clone();
-    std::thread::spawn(move || {
-        for l in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            sink.lock().unwrap().push(l);
-        }
-    });
-    let listen = || {
-        lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .find(|v| v["message"] == "listening")
-            .and_then(|v| v["listen"].as_str().map(str::to_string))
-    };
-    eventually("the gateway to listen", || listen().is_some()).await;
-    let addr = listen().unwrap();
+    let _guard = Killed(Some(child));
+    eventually("the gateway to listen", || listen_addr(&lines).is_some()).await;
+    let addr = listen_addr(&lines).unwrap();
     let url = format!("http://{addr}");
     let http = reqwest::Client::new();
     let post = |path: &'static str, body: serde_json::Value| {

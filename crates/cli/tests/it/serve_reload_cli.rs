@@ -2,23 +2,10 @@
 //! decision, SIGTERM drains (moved from the gateway's serve_reload.rs,
 //! whose in-process reload tests stay in crates/gateway/tests/it).
 
-use std::io::BufRead;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::serve_process::{stderr_lines, Killed};
 use crate::serve_support::*;
-
-/// Kills the gateway if the test fails before it stops it.
-struct Guard(Option<std::process::Child>);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 fn kill(pid: u32, sig: &str) {
     let ok = std::process::Command::new("kill")
@@ -48,19 +35,9 @@ async fn binary_sighup_sigterm_and_json_logs() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let stderr = child.stderr.take().unwrap();
+    let lines = stderr_lines(&mut child);
     let pid = child.id();
-    let mut guard = Guard(Some(child));
-    let sink = lines.clone();
-    std::thread::spawn(move || {
-        for l in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            sink.lock().unwrap().push(l);
-        }
-    });
+    let mut guard = Killed(Some(child));
     let find = |msg: &str| -> Vec<serde_json::Value> {
         lines
             .lock()
@@ -173,18 +150,8 @@ async fn i48_log_level_and_text_format() {
     ])
     .spawn()
     .unwrap();
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let stderr = child.stderr.take().unwrap();
-    let _guard = Guard(Some(child));
-    let sink = lines.clone();
-    std::thread::spawn(move || {
-        for l in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            sink.lock().unwrap().push(l);
-        }
-    });
+    let lines = stderr_lines(&mut child);
+    let _guard = Killed(Some(child));
     let listening = || {
         lines
             .lock()

@@ -12,16 +12,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::serve_process::{listen_addr, stderr_lines, Killed};
 use crate::serve_support::*;
-
-struct Kill(std::process::Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn i48_a_fallback_request_is_one_trace_with_a_span_per_attempt() {
@@ -41,7 +33,7 @@ async fn i48_a_fallback_request_is_one_trace_with_a_span_per_attempt() {
     BufReader::new(receiver.stdout.take().unwrap())
         .read_line(&mut first)
         .unwrap();
-    let _receiver = Kill(receiver);
+    let _receiver = Killed(Some(receiver));
     let port: u16 = first
         .trim()
         .parse()
@@ -69,27 +61,11 @@ async fn i48_a_fallback_request_is_one_trace_with_a_span_per_attempt() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
+    let lines = stderr_lines(&mut child);
     let pid = child.id();
-    let mut serve = Kill(child);
-    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let sink = lines.clone();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(l);
-        }
-    });
-    let listen = || {
-        lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|v| v["message"] == "listening")
-            .and_then(|v| v["listen"].as_str().map(str::to_string))
-    };
-    eventually("the gateway to listen", || listen().is_some()).await;
-    let addr = listen().unwrap();
+    let mut serve = Killed(Some(child));
+    eventually("the gateway to listen", || listen_addr(&lines).is_some()).await;
+    let addr = listen_addr(&lines).unwrap();
 
     prim.push(error(
         429,
@@ -111,7 +87,9 @@ async fn i48_a_fallback_request_is_one_trace_with_a_span_per_attempt() {
         .unwrap()
         .success());
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while serve.0.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+    while serve.0.as_mut().unwrap().try_wait().unwrap().is_none()
+        && std::time::Instant::now() < deadline
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     eventually("the spans to arrive", || {
