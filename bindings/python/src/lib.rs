@@ -476,7 +476,14 @@ fn type_name(v: &Bound<'_, PyAny>) -> String {
 
 /// A missing value: None, NaN (pandas' missing number) or `pandas.NA`.
 fn is_missing(v: &Bound<'_, PyAny>) -> bool {
-    v.is_none() || v.cast::<PyFloat>().is_ok_and(|f| f.value().is_nan()) || type_name(v) == "NAType"
+    if v.is_none() {
+        return true;
+    }
+    if let Ok(f) = v.cast::<PyFloat>() {
+        return f.value().is_nan();
+    }
+    // Checked last: reading the type's name allocates.
+    !v.is_instance_of::<PyString>() && type_name(v) == "NAType"
 }
 
 fn text_of(
@@ -484,18 +491,18 @@ fn text_of(
     name: &str,
     index: Option<usize>,
 ) -> PyResult<Option<String>> {
-    match v {
-        None => Ok(None),
-        Some(v) if is_missing(v) => Ok(None),
-        Some(v) => match v.cast::<PyString>() {
-            Ok(s) => Ok(Some(s.to_cow()?.into_owned())),
-            Err(_) => Err(PyTypeError::new_err(format!(
-                "{} must be a str or None, not {}",
-                place(name, index),
-                type_name(v)
-            ))),
-        },
+    let Some(v) = v else { return Ok(None) };
+    if let Ok(s) = v.cast::<PyString>() {
+        return Ok(Some(s.to_cow()?.into_owned()));
     }
+    if is_missing(v) {
+        return Ok(None);
+    }
+    Err(PyTypeError::new_err(format!(
+        "{} must be a str or None, not {}",
+        place(name, index),
+        type_name(v)
+    )))
 }
 
 /// An HTTP status: an int 100–599 or a string of those digits (as the
@@ -536,11 +543,12 @@ fn status_of(v: Option<&Bound<'_, PyAny>>, index: Option<usize>) -> PyResult<Opt
 
 /// A body: its text, or a dict or list (a parsed JSON body) as JSON text.
 fn body_of(v: Option<&Bound<'_, PyAny>>, index: Option<usize>) -> PyResult<Option<String>> {
-    let Some(v) = v.filter(|v| !is_missing(v)) else {
-        return Ok(None);
-    };
+    let Some(v) = v else { return Ok(None) };
     if let Ok(s) = v.cast::<PyString>() {
         return Ok(Some(s.to_cow()?.into_owned()));
+    }
+    if is_missing(v) {
+        return Ok(None);
     }
     if v.is_instance_of::<PyDict>() || v.is_instance_of::<PyList>() {
         let json = v.py().import("json")?.call_method1("dumps", (v,))?;

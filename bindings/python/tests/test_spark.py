@@ -31,6 +31,8 @@ COLUMNS = ("message", "status", "provider", "code", "type", "body")
 def spark():
     from pyspark.sql import SparkSession
 
+    # The workers run this Python, the one failover is installed in.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
     s = (
         SparkSession.builder.master("local[2]")
         .appName("failover-test")
