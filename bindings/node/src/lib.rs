@@ -5,6 +5,9 @@
 //! has none), plus `classify` and `explain` with the whole verdict, and an
 //! `Engine` class for operator rules.
 //!
+//! Every function catches a panic (`catch_unwind`) and throws it as an
+//! error: nothing here aborts the Node process.
+//!
 //! Thin on purpose: every verdict is the library's
 //! ([`failover::Engine::classify`]); this crate converts JavaScript values
 //! into a [`ProviderError`] and verdicts back. The one mapping is the one
@@ -227,7 +230,7 @@ fn resolve_with(
 
 /// The original's `classifyFailoverReason(message, {provider})`: the
 /// reason for an error message, or `null` when nothing in it decides.
-#[napi(js_name = "classifyFailoverReason")]
+#[napi(js_name = "classifyFailoverReason", catch_unwind)]
 pub fn classify_failover_reason(
     message: Unknown<'_>,
     options: Option<Object<'_>>,
@@ -238,7 +241,7 @@ pub fn classify_failover_reason(
 /// The original's `resolveFailoverReasonFromError(err, providerHint?)`:
 /// the reason for an error object (`status` or `statusCode`, `message`,
 /// `provider`, `code`, `errorType`), or `null`.
-#[napi(js_name = "resolveFailoverReasonFromError")]
+#[napi(js_name = "resolveFailoverReasonFromError", catch_unwind)]
 pub fn resolve_failover_reason_from_error(
     err: Unknown<'_>,
     provider_hint: Option<String>,
@@ -247,14 +250,14 @@ pub fn resolve_failover_reason_from_error(
 }
 
 /// The whole verdict on one error, with the embedded rules and model.
-#[napi]
+#[napi(catch_unwind)]
 pub fn classify(error: Object<'_>) -> Result<Verdict> {
     let fields = Fields::read(&error)?;
     Ok(Verdict::of(&default_engine().classify(&fields.error())))
 }
 
 /// How the embedded rules and model decide one error.
-#[napi]
+#[napi(catch_unwind)]
 pub fn explain(error: Object<'_>) -> Result<Explanation> {
     explain_with(default_engine(), &error)
 }
@@ -281,7 +284,7 @@ impl Engine {
     /// `new Engine({rules: [dir, …], sources: [[name, text], …], defaults:
     /// true, model: "embedded" | path | null, minConfidence: 0.9})`; every
     /// option is optional.
-    #[napi(constructor)]
+    #[napi(constructor, catch_unwind)]
     pub fn new(options: Option<Object<'_>>) -> Result<Self> {
         let mut builder = Rules::new();
         let mut model = Some("embedded".to_string());
@@ -332,20 +335,20 @@ impl Engine {
     }
 
     /// The whole verdict on one error.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn classify(&self, error: Object<'_>) -> Result<Verdict> {
         let fields = Fields::read(&error)?;
         Ok(Verdict::of(&self.inner.classify(&fields.error())))
     }
 
     /// How this engine decides one error.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn explain(&self, error: Object<'_>) -> Result<Explanation> {
         explain_with(&self.inner, &error)
     }
 
     /// `classifyFailoverReason` with this engine's rules.
-    #[napi(js_name = "classifyFailoverReason")]
+    #[napi(js_name = "classifyFailoverReason", catch_unwind)]
     pub fn classify_failover_reason(
         &self,
         message: Unknown<'_>,
@@ -355,7 +358,7 @@ impl Engine {
     }
 
     /// `resolveFailoverReasonFromError` with this engine's rules.
-    #[napi(js_name = "resolveFailoverReasonFromError")]
+    #[napi(js_name = "resolveFailoverReasonFromError", catch_unwind)]
     pub fn resolve_failover_reason_from_error(
         &self,
         err: Unknown<'_>,
@@ -395,7 +398,7 @@ pub struct CorpusItem {
 
 /// Reads a labelled corpus file (`tests/field/*.yaml`,
 /// `tests/vectors/openclaw.yaml`) with the library's own reader.
-#[napi(js_name = "readCorpus")]
+#[napi(js_name = "readCorpus", catch_unwind)]
 pub fn read_corpus(path: String) -> Result<Vec<CorpusItem>> {
     let text = std::fs::read_to_string(&path)
         .map_err(|e| invalid(format!("cannot read `{path}`: {e}")))?;
