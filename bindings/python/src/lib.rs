@@ -44,7 +44,17 @@ create_exception!(
 /// starting threads costs more than they save.
 const ROWS_PER_THREAD: usize = 4096;
 
-/// A compiled ruleset, with the evidence model it consults.
+/// A compiled ruleset, with the evidence model it consults. Build once,
+/// share it between threads.
+///
+/// `Engine(rules=None, *, sources=None, defaults=True, model="embedded",
+/// min_confidence=None)`: `rules` are directories of operator `.rules`
+/// files, highest priority first, layered over the embedded defaults
+/// (`defaults=False` leaves those out); `sources` are rules files held in
+/// memory, as `(name, text)` pairs; `model` is `"embedded"`, a model file
+/// from `failover model train`, or None for the rules alone;
+/// `min_confidence` is the probability the model needs to decide (0.9).
+/// Raises `RulesError` (with every diagnostic) and `ModelError`.
 #[pyclass(name = "Engine", module = "failover", frozen)]
 struct PyEngine {
     engine: Engine,
@@ -82,6 +92,9 @@ impl PyEngine {
     /// `failover classify --rules DIR …` does.
     #[new]
     #[pyo3(signature = (rules=None, *, sources=None, defaults=true, model=Some(ModelChoice::Embedded), min_confidence=None))]
+    #[pyo3(
+        text_signature = "(rules=None, *, sources=None, defaults=True, model='embedded', min_confidence=None)"
+    )]
     fn new(
         py: Python<'_>,
         rules: Option<Vec<PathBuf>>,
@@ -132,7 +145,11 @@ impl PyEngine {
         self.engine.reason_names().collect()
     }
 
-    /// Classifies one error; every argument is optional.
+    /// Classifies one error; every argument is optional: those of a
+    /// `failover classify` input line. `status` is 100–599 (an int or a
+    /// string of digits; anything else raises ValueError); `body` the
+    /// response body as text, or a parsed JSON body (a dict or a list);
+    /// `model` the model the call was for. Returns a `Verdict`.
     #[pyo3(signature = (message=None, *, status=None, provider=None, code=None, r#type=None, body=None, model=None))]
     #[allow(clippy::too_many_arguments)]
     fn classify(
@@ -575,9 +592,11 @@ impl<'py> Column<'py> {
             return Ok(Column::Absent);
         };
         // One value for every row: a str, a number, a dict (one JSON
-        // body), None.
+        // body), None; bytes too (refused as text, not read as a column
+        // of ints).
         if v.is_none()
             || v.is_instance_of::<PyString>()
+            || v.is_instance_of::<pyo3::types::PyBytes>()
             || v.is_instance_of::<PyDict>()
             || v.extract::<i64>().is_ok()
             || v.is_instance_of::<PyFloat>()

@@ -187,6 +187,8 @@ def test_classify_many_reports_the_bad_row(engine):
         engine.classify_many(["a", "b"], status=[1, 2, 3])
     with pytest.raises(TypeError, match="must be a column"):
         engine.classify_many(object())
+    with pytest.raises(TypeError, match="`message` must be a str or None, not bytes"):
+        engine.classify_many(b"Rate limit reached")
 
 
 def test_classify_many_on_threads_gives_the_same_verdicts(engine, field_files):
