@@ -120,10 +120,7 @@ impl<'a> From<&Classification<'a>> for OutLine<'a> {
             reason: c.reason,
             rule: c.rule,
             decided_by: c.decided_by.as_str(),
-            probability: (c.decided_by == Decider::Model)
-                .then_some(c.probability)
-                .flatten()
-                .map(round_probability),
+            probability: line_probability(c),
             failover: c.failover,
             status: c.status,
             truncated: c.truncated,
@@ -571,9 +568,21 @@ struct OutputHeads {
     no_rule: Vec<u8>,
 }
 
-/// A probability as the JSONL shows it: three decimals.
-fn round_probability(p: f32) -> f32 {
-    (p * 1000.0).round() / 1000.0
+/// The model's probability as a verdict's output line gives it: only
+/// when the model decided, to three decimals (its `Display` is the number
+/// the line prints). The Python and Node bindings give the same number.
+///
+/// ```
+/// use failover::{Decider, Engine, ProviderError};
+/// let engine = Engine::builtin();
+/// let c = engine.classify(&ProviderError::message("Rate limit reached").with_status(429));
+/// assert_eq!((c.decided_by, failover::stream::line_probability(&c)), (Decider::Rule, None));
+/// ```
+pub fn line_probability(c: &Classification) -> Option<f32> {
+    match (c.decided_by, c.probability) {
+        (Decider::Model, Some(p)) => Some((p * 1000.0).round() / 1000.0),
+        _ => None,
+    }
 }
 
 impl OutputHeads {
@@ -618,8 +627,8 @@ impl OutputHeads {
             (None, _) => &self.no_rule,
         };
         out.extend_from_slice(head);
-        if let (Decider::Model, Some(p)) = (c.decided_by, c.probability) {
-            let _ = write!(out, ",\"probability\":{}", round_probability(p));
+        if let Some(p) = line_probability(c) {
+            let _ = write!(out, ",\"probability\":{p}");
         }
         if let Some(s) = c.status {
             let _ = write!(out, ",\"status\":{s}");
