@@ -781,12 +781,12 @@ pub fn render(e: &Evaluation, review_limit: usize, all_with: &str) -> String {
 /// by source) under the costs and under each single `minConfidence`.
 pub fn render_thresholds(e: &Evaluation) -> String {
     let mut out = String::from(
-        "\nthresholds                            exact  decision  unsafe stops  (rules + model, folds by source)\n",
+        "\nthresholds                              exact  decision  unsafe stops  (rules + model, folds by source)\n",
     );
     for (c, row) in &e.thresholds {
         let _ = writeln!(
             out,
-            "  {:<34} {:>5.1}%  {:>6.1}%  {:>5.1}% ({})",
+            "  {:<37} {:>5.1}%  {:>6.1}%  {:>5.1}% ({})",
             c.to_string(),
             row.exact_pct(),
             row.decision_pct(),
@@ -851,4 +851,44 @@ pub fn evaluation_json(e: &Evaluation) -> serde_json::Value {
             "probability": d.probability,
         })).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::field;
+
+    /// Issue 46: folds by source never split a source (an issue thread up
+    /// to its `#fragment`) between training and test, and deal the sources
+    /// so the folds are near the same size; folds by item deal each label
+    /// round-robin. Golden cases are in no fold (they always train).
+    #[test]
+    fn folds_by_source_keep_a_source_together() {
+        let mut text = String::new();
+        for i in 0..30 {
+            let source = format!("https://example.test/issues/{}#c{i}", i % 7);
+            text.push_str(&format!(
+                "- {{message: \"m{i}\", expected: {}, why: t, source: \"{source}\"}}\n",
+                if i % 2 == 0 { "timeout" } else { "auth" }
+            ));
+        }
+        let files = vec![field::parse("f.yaml", &text).unwrap()];
+        let items = labelled(&files, &[]);
+        let folds = 3;
+        let by_source = folds_of(&items, folds, Folding::BySource);
+        let mut fold_of_source: BTreeMap<&str, usize> = BTreeMap::new();
+        for (l, &f) in items.iter().zip(&by_source) {
+            assert!(f < folds);
+            let first = *fold_of_source.entry(source_key(l)).or_insert(f);
+            assert_eq!(first, f, "{} split between folds", source_key(l));
+        }
+        assert_eq!(fold_of_source.len(), 7, "the #fragment is not a source of its own");
+        let mut sizes = vec![0; folds];
+        by_source.iter().for_each(|&f| sizes[f] += 1);
+        assert!(sizes.iter().all(|&n| (8..=12).contains(&n)), "{sizes:?}");
+
+        let by_item = folds_of(&items, folds, Folding::ByItem);
+        assert_eq!(&by_item[..6], &[0, 0, 1, 1, 2, 2]);
+        assert!(can_calibrate(&items) == (items.len() >= MIN_CALIBRATION_ITEMS));
+    }
 }

@@ -461,7 +461,7 @@ impl Model {
             iterations: r.u32()?,
             temperature: if version >= 2 { r.f32()? } else { 1.0 },
         };
-        if !(trained.temperature > 0.0) {
+        if trained.temperature <= 0.0 {
             return Err(ModelError::Damaged("a temperature that is not positive"));
         }
         let width = padded(count);

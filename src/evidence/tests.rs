@@ -192,3 +192,69 @@ fn cosine_of_a_vector_with_itself_is_one() {
     assert!((cosine(&v, &v) - 1.0).abs() < 1e-5);
     assert_eq!(cosine(&v, &[]), 0.0);
 }
+
+/// Issue 46, calibration: the temperature that fits cross-validated
+/// predictions — above 1 for an overconfident model (its scores are
+/// spread too far), below 1 for a modest one; the calibrated model keeps
+/// its ranking, and the file keeps the temperature.
+#[test]
+fn the_temperature_tempers_an_overconfident_model_and_sharpens_a_modest_one() {
+    // Two reasons; the model says reason 0 with log-odds `s`, right 3
+    // times in 4: a calibrated model would say 0.75.
+    let items = |s: f32| -> Vec<(Vec<f32>, Vec<usize>)> {
+        (0..40)
+            .map(|i| (vec![0.0, -s], vec![usize::from(i % 4 == 3)]))
+            .collect()
+    };
+    let odds = 3f32.ln();
+    let over = train::fit_temperature(&items(4.0 * odds));
+    let modest = train::fit_temperature(&items(odds / 2.0));
+    assert!((over - 4.0).abs() < 0.01, "{over}");
+    assert!((modest - 0.5).abs() < 0.01, "{modest}");
+    assert_eq!(train::fit_temperature(&[]), 1.0);
+    // Several defensible labels: the likelihood of any of them.
+    let either: Vec<(Vec<f32>, Vec<usize>)> = (0..10).map(|_| (vec![0.0, 0.0], vec![0, 1])).collect();
+    assert!(train::fit_temperature(&either) > 0.0);
+
+    let m = toy();
+    let input = Input {
+        text: "rate limit exceeded",
+        status: Some(429),
+        ..Input::default()
+    };
+    let before = m.predict(&input);
+    let hot = m.clone().calibrated(2.0);
+    let after = hot.predict(&input);
+    assert_eq!(before.top().0, after.top().0);
+    assert!(after.top().1 < before.top().1);
+    assert_eq!(hot.trained().temperature, 2.0);
+    let back = Model::from_bytes(&hot.to_bytes()).unwrap();
+    assert_eq!(back.trained().temperature, 2.0);
+    assert_eq!(back, hot);
+}
+
+/// Issue 46: class weights lift a rare reason — with `balance` 1 the
+/// bias-only optimum is the uniform distribution, whatever the counts.
+#[test]
+fn balance_weighs_rare_reasons_up() {
+    let examples: Vec<Example> = [0, 0, 0, 0, 0, 0, 0, 1]
+        .iter()
+        .map(|&y| ex(&[], y))
+        .collect();
+    let fit = |balance| {
+        train::train(
+            &examples,
+            vec!["common".into(), "rare".into()],
+            Options {
+                lambda: 0.0,
+                balance,
+                ..Options::default()
+            },
+        )
+        .predict(&Input::default())
+        .probabilities()[1]
+    };
+    assert!((fit(0.0) - 1.0 / 8.0).abs() < 1e-3);
+    assert!((fit(1.0) - 0.5).abs() < 1e-3, "{}", fit(1.0));
+    assert!(fit(0.5) > fit(0.0) && fit(0.5) < fit(1.0));
+}
