@@ -503,6 +503,18 @@ fn is_missing(v: &Bound<'_, PyAny>) -> bool {
     !v.is_instance_of::<PyString>() && type_name(v) == "NAType"
 }
 
+/// A str's text; one that is not valid Unicode (a lone surrogate) is a
+/// ValueError naming where it is.
+fn utf8(s: &Bound<'_, PyString>, name: &str, index: Option<usize>) -> PyResult<String> {
+    match s.to_cow() {
+        Ok(t) => Ok(t.into_owned()),
+        Err(e) => Err(PyValueError::new_err(format!(
+            "{} is not valid text: {e}",
+            place(name, index)
+        ))),
+    }
+}
+
 fn text_of(
     v: Option<&Bound<'_, PyAny>>,
     name: &str,
@@ -510,7 +522,7 @@ fn text_of(
 ) -> PyResult<Option<String>> {
     let Some(v) = v else { return Ok(None) };
     if let Ok(s) = v.cast::<PyString>() {
-        return Ok(Some(s.to_cow()?.into_owned()));
+        return utf8(s, name, index).map(Some);
     }
     if is_missing(v) {
         return Ok(None);
@@ -562,7 +574,7 @@ fn status_of(v: Option<&Bound<'_, PyAny>>, index: Option<usize>) -> PyResult<Opt
 fn body_of(v: Option<&Bound<'_, PyAny>>, index: Option<usize>) -> PyResult<Option<String>> {
     let Some(v) = v else { return Ok(None) };
     if let Ok(s) = v.cast::<PyString>() {
-        return Ok(Some(s.to_cow()?.into_owned()));
+        return utf8(s, "body", index).map(Some);
     }
     if is_missing(v) {
         return Ok(None);

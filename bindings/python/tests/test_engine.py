@@ -189,6 +189,8 @@ def test_classify_many_reports_the_bad_row(engine):
         engine.classify_many(object())
     with pytest.raises(TypeError, match="`message` must be a str or None, not bytes"):
         engine.classify_many(b"Rate limit reached")
+    with pytest.raises(ValueError, match="row 1: `message` is not valid text"):
+        engine.classify_many(["a", "\ud800 rate limit"])
 
 
 def test_classify_many_on_threads_gives_the_same_verdicts(engine, field_files):
