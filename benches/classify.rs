@@ -59,7 +59,7 @@ fn classify(c: &mut Criterion) {
             // where no text rule decides, side by side with the rules alone.
             let with_model = engine_with(0).with_model(
                 failover::evidence::builtin(),
-                failover::evidence::DEFAULT_MIN_CONFIDENCE,
+                failover::evidence::Confidence::Costs,
             );
             group.bench_with_input(
                 BenchmarkId::new("matcher+model", &label),
@@ -128,7 +128,7 @@ fn latency() {
             "defaults+model".to_string(),
             engine_with(0).with_model(
                 failover::evidence::builtin(),
-                failover::evidence::DEFAULT_MIN_CONFIDENCE,
+                failover::evidence::Confidence::Costs,
             ),
         ),
     ];

@@ -4,11 +4,19 @@
 //!
 //! - [`labelled`] gathers the examples: every field item (a list label
 //!   trains on its first reading) and every golden case with an `expect`.
-//! - [`train`] fits a model on them, deterministically.
+//! - [`train`] fits a model on them, deterministically, and calibrates it:
+//!   the temperature that makes its probabilities honest is fitted on the
+//!   predictions of models that never saw the items they judge (folds
+//!   grouped by source).
 //! - [`evaluate`] measures the rules alone, the model alone and the two
-//!   together (the precedence) by stratified k-fold cross-validation on a
-//!   field corpus — each fold's items judged by a model that never saw
-//!   them — and on a held-out corpus with the model trained on all.
+//!   together (the precedence, at the cost-derived thresholds or one
+//!   `minConfidence`) by k-fold cross-validation on a field corpus — each
+//!   fold's items judged by a model that never saw them — twice: with
+//!   folds grouped by the items' source (an issue thread, a file: never
+//!   split between training and test, the figure that counts) and with
+//!   folds dealt item by item (stratified; near-duplicates from one thread
+//!   make it optimistic). Then on a held-out corpus with the model trained
+//!   on all, and a reliability table: predicted against observed.
 //! - [`nearest`] finds the labelled examples closest to an error in the
 //!   model's feature space, for `classify --explain`.
 
@@ -17,7 +25,7 @@ use std::fmt::Write as _;
 
 use crate::classify::{Decider, Engine, ProviderError};
 use crate::evidence::train::{self as fit, Example, Options};
-use crate::evidence::{self, Model, MAX_REASONS};
+use crate::evidence::{self, Confidence, Model, MAX_REASONS};
 use crate::field::{judge, FieldFile, Judged};
 use crate::golden::CaseFile;
 
@@ -87,6 +95,9 @@ pub enum LearnError {
 struct Prepared {
     reasons: Vec<String>,
     examples: Vec<Example>,
+    /// Each example's defensible labels among `reasons` (the first is its
+    /// label).
+    label_sets: Vec<Vec<usize>>,
 }
 
 fn prepare(engine: &Engine, items: &[Labelled]) -> Result<Prepared, LearnError> {
@@ -102,22 +113,181 @@ fn prepare(engine: &Engine, items: &[Labelled]) -> Result<Prepared, LearnError> 
     if reasons.len() > MAX_REASONS {
         return Err(LearnError::TooManyReasons(reasons.len()));
     }
+    let index = |name: &str| reasons.binary_search_by(|r| r.as_str().cmp(name)).ok();
     let examples = items
         .iter()
         .map(|l| Example {
             vector: engine.with_model_input(&l.error, evidence::vector),
-            label: reasons
-                .binary_search_by(|r| r.as_str().cmp(l.label))
-                .unwrap_or(0),
+            label: index(l.label).unwrap_or(0),
         })
         .collect();
-    Ok(Prepared { reasons, examples })
+    let label_sets = items
+        .iter()
+        .map(|l| {
+            let mut set: Vec<usize> = std::iter::once(l.label)
+                .chain(l.labels.iter().map(String::as_str))
+                .filter_map(index)
+                .collect();
+            set.dedup();
+            set
+        })
+        .collect();
+    Ok(Prepared {
+        reasons,
+        examples,
+        label_sets,
+    })
 }
 
-/// Trains a model on `items`, the text normalised as `engine` reads it.
+/// The folds of cross-validation [`train`] calibrates on.
+pub const CALIBRATION_FOLDS: usize = 10;
+
+/// Trains a model on `items`, the text normalised as `engine` reads it,
+/// and calibrates it: [`CALIBRATION_FOLDS`] models trained on folds
+/// grouped by source judge the field items they never saw, and the
+/// temperature that fits those judgements best divides the full model's
+/// scores ([`fit::fit_temperature`]). With fewer than
+/// [`MIN_CALIBRATION_ITEMS`] field items or fewer than two sources there
+/// is nothing honest to fit on: uncalibrated (temperature 1).
 pub fn train(engine: &Engine, items: &[Labelled], options: Options) -> Result<Model, LearnError> {
     let p = prepare(engine, items)?;
-    Ok(fit::train(&p.examples, p.reasons, options))
+    let temperature = if can_calibrate(items) {
+        let fold_of = folds_of(items, CALIBRATION_FOLDS, Folding::BySource);
+        let models = fold_models(&p, &fold_of, CALIBRATION_FOLDS, options);
+        fit::fit_temperature(&out_of_fold(&p, &fold_of, &models))
+    } else {
+        1.0
+    };
+    Ok(fit::train(&p.examples, p.reasons, options).calibrated(temperature))
+}
+
+/// The fewest field items a calibration is fitted on.
+pub const MIN_CALIBRATION_ITEMS: usize = 50;
+
+fn can_calibrate(items: &[Labelled]) -> bool {
+    let field: Vec<&Labelled> = items.iter().filter(|l| l.field).collect();
+    let sources: std::collections::BTreeSet<&str> = field.iter().map(|l| source_key(l)).collect();
+    field.len() >= MIN_CALIBRATION_ITEMS && sources.len() >= 2
+}
+
+/// How cross-validation deals the field items into folds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Folding {
+    /// Every item of one source (its `source` without a `#fragment`: an
+    /// issue thread, a file) in one fold; sources dealt largest first to
+    /// the emptiest fold.
+    BySource,
+    /// Item by item, per first label in file order, round-robin
+    /// (stratified).
+    ByItem,
+}
+
+/// The source an item is grouped by: its `source` up to a `#`, else
+/// itself.
+fn source_key<'a>(l: &'a Labelled) -> &'a str {
+    match l.source {
+        Some(s) => s.split('#').next().unwrap_or(s).trim(),
+        None => &l.origin,
+    }
+}
+
+/// Each item's fold (`usize::MAX`: not a field item, always trains).
+fn folds_of(items: &[Labelled], folds: usize, folding: Folding) -> Vec<usize> {
+    let mut fold_of = vec![usize::MAX; items.len()];
+    match folding {
+        Folding::ByItem => {
+            let mut by_label: BTreeMap<&str, usize> = BTreeMap::new();
+            for (i, l) in items.iter().enumerate() {
+                if l.field {
+                    let n = by_label.entry(l.label).or_default();
+                    fold_of[i] = *n % folds;
+                    *n += 1;
+                }
+            }
+        }
+        Folding::BySource => {
+            // Groups in order of first appearance, then largest first.
+            let mut index: BTreeMap<&str, usize> = BTreeMap::new();
+            let mut groups: Vec<Vec<usize>> = Vec::new();
+            for (i, l) in items.iter().enumerate() {
+                if l.field {
+                    let g = *index.entry(source_key(l)).or_insert_with(|| {
+                        groups.push(Vec::new());
+                        groups.len() - 1
+                    });
+                    groups[g].push(i);
+                }
+            }
+            let mut order: Vec<usize> = (0..groups.len()).collect();
+            order.sort_by(|&a, &b| groups[b].len().cmp(&groups[a].len()).then(a.cmp(&b)));
+            let mut size = vec![0usize; folds];
+            for g in order {
+                let f = (0..folds).min_by_key(|&f| (size[f], f)).unwrap_or(0);
+                size[f] += groups[g].len();
+                for &i in &groups[g] {
+                    fold_of[i] = f;
+                }
+            }
+        }
+    }
+    fold_of
+}
+
+/// One model per fold, each trained on every example outside it, on the
+/// machine's threads; in fold order.
+fn fold_models(p: &Prepared, fold_of: &[usize], folds: usize, options: Options) -> Vec<Model> {
+    std::thread::scope(|s| {
+        let workers = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(folds);
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let mine: Vec<usize> = (0..folds).filter(|f| f % workers == w).collect();
+                s.spawn(move || {
+                    mine.into_iter()
+                        .map(|f| {
+                            let train: Vec<Example> = p
+                                .examples
+                                .iter()
+                                .zip(fold_of)
+                                .filter(|(_, &k)| k != f)
+                                .map(|(e, _)| e.clone())
+                                .collect();
+                            (f, fit::train(&train, p.reasons.clone(), options))
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut all: Vec<(usize, Model)> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect();
+        all.sort_by_key(|(f, _)| *f);
+        all.into_iter().map(|(_, m)| m).collect()
+    })
+}
+
+/// The field items' log-probabilities under the model of their fold, with
+/// their defensible labels: what the temperature is fitted on.
+fn out_of_fold(p: &Prepared, fold_of: &[usize], models: &[Model]) -> Vec<(Vec<f32>, Vec<usize>)> {
+    p.examples
+        .iter()
+        .zip(&p.label_sets)
+        .zip(fold_of)
+        .filter(|(_, &f)| f < models.len())
+        .map(|((e, labels), &f)| {
+            let probs = models[f].predict_vector(&e.vector);
+            (
+                probs
+                    .probabilities()
+                    .iter()
+                    .map(|&q| q.max(1e-30).ln())
+                    .collect(),
+                labels.clone(),
+            )
+        })
+        .collect()
 }
 
 /// Agreement of one way of deciding on a set of items.
@@ -172,9 +342,10 @@ pub struct Rows {
     pub rules: Row,
     /// The model alone (its top reason, whatever the rules say).
     pub model: Row,
-    /// The rules and the model by the precedence, at the threshold.
+    /// The rules and the model by the precedence, at the thresholds.
     pub combined: Row,
-    /// Items where the model decided in the combined verdict.
+    /// Items whose verdict the model changed (it overruled a status rule,
+    /// a weak rule or `unclassified`).
     pub model_decided: usize,
 }
 
@@ -196,43 +367,100 @@ pub struct Disagreement {
     pub probability: f32,
 }
 
+/// One bin of the reliability table: the items whose top probability
+/// (calibrated, cross-validated by source) falls in `[from, to)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bin {
+    /// The bin's lower bound.
+    pub from: f32,
+    /// Its upper bound (the last bin holds 1).
+    pub to: f32,
+    /// Items in it.
+    pub items: usize,
+    /// The sum of their top probabilities.
+    pub predicted: f64,
+    /// Items whose top reason is one of their labels.
+    pub observed: usize,
+}
+
+impl Bin {
+    /// The mean top probability, percent.
+    pub fn predicted_pct(&self) -> f64 {
+        if self.items == 0 {
+            0.0
+        } else {
+            self.predicted * 100.0 / self.items as f64
+        }
+    }
+
+    /// How often the top reason was right, percent.
+    pub fn observed_pct(&self) -> f64 {
+        pct(self.observed, self.items)
+    }
+}
+
+/// The reliability table's bins.
+pub const BINS: [f32; 8] = [0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0];
+
+/// A text rule's verdict goes to the review queue when the model
+/// contradicts it at least this confidently.
+pub const REVIEW_CONFIDENCE: f32 = 0.9;
+
 /// What [`evaluate`] measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evaluation {
-    /// Folds of the cross-validation.
+    /// Folds of each cross-validation.
     pub folds: usize,
-    /// The threshold the combined rows use.
-    pub min_confidence: f32,
-    /// Cross-validated on the field corpus.
-    pub cross_validated: Rows,
+    /// How the combined rows decide.
+    pub confidence: Confidence,
+    /// Distinct sources among the field items (the by-source folds'
+    /// groups).
+    pub sources: usize,
+    /// The calibration's temperature (fitted on the by-source folds).
+    pub temperature: f32,
+    /// Cross-validated on the field corpus, folds grouped by source: the
+    /// figure that counts.
+    pub by_source: Rows,
+    /// Cross-validated with folds dealt item by item (stratified).
+    pub by_item: Rows,
     /// On the held-out corpus, the model trained on everything.
     pub holdout: Option<Rows>,
-    /// Combined decision agreement and unsafe stops (cross-validated) per
-    /// threshold: how `minConfidence` is chosen.
-    pub thresholds: Vec<(f32, Row)>,
+    /// The combined row (by source) under the costs and under each single
+    /// threshold of [`SWEEP`].
+    pub thresholds: Vec<(Confidence, Row)>,
+    /// Predicted against observed, by source.
+    pub reliability: Vec<Bin>,
     /// Text rules a confident model contradicts (cross-validated verdicts
     /// for field items; the full model's for golden cases).
     pub review: Vec<Disagreement>,
 }
 
-/// The thresholds [`evaluate`] sweeps.
+/// The single thresholds [`evaluate`] sweeps beside the costs.
 pub const SWEEP: [f32; 9] = [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95];
 
-/// One item's verdicts: the rules' (reason, decider, rule) and the
-/// model's (reason index, probability).
+/// One item's verdicts: the rules' (reason, decider) and the
+/// model's (reason index, calibrated probability).
 struct Judging<'e> {
     rules_reason: &'e str,
     decided_by: Decider,
-    rule: Option<&'e str>,
     model: (usize, f32),
 }
 
-fn combined<'a>(j: &'a Judging, reasons: &'a [String], engine: &Engine, t: f32) -> (&'a str, bool) {
+/// The verdict by the precedence, and whether the model changed it.
+fn combined<'a>(
+    j: &'a Judging,
+    reasons: &'a [String],
+    engine: &Engine,
+    confidence: Confidence,
+) -> (&'a str, bool) {
     let model_reason = reasons[j.model.0].as_str();
-    if j.decided_by != Decider::Rule && j.model.1 >= t && engine.model_may_give(model_reason) {
-        (model_reason, true)
-    } else {
-        (j.rules_reason, false)
+    let may = matches!(
+        j.decided_by,
+        Decider::StatusRule | Decider::WeakRule | Decider::None
+    ) && model_reason != j.rules_reason;
+    match engine.threshold(model_reason, j.rules_reason, confidence) {
+        Some(t) if may && j.model.1 >= t => (model_reason, true),
+        _ => (j.rules_reason, false),
     }
 }
 
@@ -241,117 +469,144 @@ fn rows(
     items: &[&Labelled],
     judged: &[Judging],
     reasons: &[String],
-    t: f32,
+    confidence: Confidence,
 ) -> Rows {
     let mut out = Rows::default();
     for (l, j) in items.iter().zip(judged) {
         out.rules.add(judge(engine, j.rules_reason, l.labels));
         out.model.add(judge(engine, &reasons[j.model.0], l.labels));
-        let (reason, by_model) = combined(j, reasons, engine, t);
+        let (reason, by_model) = combined(j, reasons, engine, confidence);
         out.combined.add(judge(engine, reason, l.labels));
         out.model_decided += usize::from(by_model);
     }
     out
 }
 
+/// The top reason and its probability at `temperature`, from
+/// log-probabilities.
+fn calibrated_top(logp: &[f32], temperature: f32) -> (usize, f32) {
+    let mut top = 0;
+    for (i, &l) in logp.iter().enumerate() {
+        if l > logp[top] {
+            top = i;
+        }
+    }
+    let sum: f32 = logp
+        .iter()
+        .map(|&l| ((l - logp[top]) / temperature).exp())
+        .sum();
+    (top, 1.0 / sum)
+}
+
+/// One cross-validation: each field item's calibrated top reason under a
+/// model that never saw it (index by item; golden cases: `None`), and the
+/// temperature.
+fn cross_validate(
+    p: &Prepared,
+    items: &[Labelled],
+    folds: usize,
+    folding: Folding,
+    options: Options,
+) -> (Vec<Option<(usize, f32)>>, f32) {
+    let fold_of = folds_of(items, folds, folding);
+    let models = fold_models(p, &fold_of, folds, options);
+    let oof = out_of_fold(p, &fold_of, &models);
+    let temperature = if can_calibrate(items) {
+        fit::fit_temperature(&oof)
+    } else {
+        1.0
+    };
+    let mut at = oof.iter();
+    let tops = fold_of
+        .iter()
+        .map(|&f| {
+            (f < folds).then(|| {
+                let (logp, _) = at.next().expect("one prediction per field item");
+                calibrated_top(logp, temperature)
+            })
+        })
+        .collect();
+    (tops, temperature)
+}
+
 /// Cross-validates on the field items of `items` (golden cases always
-/// train), then judges `holdout` with a model trained on all of `items`.
-/// The rules are `engine`'s, without its model.
+/// train), by source and item by item, then judges `holdout` with a
+/// model trained on all of `items`. The rules are `engine`'s, without its
+/// model; the combined rows decide as `confidence` says.
 pub fn evaluate(
     engine: &Engine,
     items: &[Labelled],
     holdout: &[Labelled],
     folds: usize,
-    min_confidence: f32,
+    confidence: Confidence,
     options: Options,
 ) -> Result<Evaluation, LearnError> {
     let folds = folds.max(2);
     let prepared = prepare(engine, items)?;
     let reasons = &prepared.reasons;
-    // Stratified folds: per first label, the items in file order deal
-    // round-robin.
-    let mut fold_of = vec![usize::MAX; items.len()];
-    let mut by_label: BTreeMap<&str, usize> = BTreeMap::new();
-    for (i, l) in items.iter().enumerate() {
-        if l.field {
-            let n = by_label.entry(l.label).or_default();
-            fold_of[i] = *n % folds;
-            *n += 1;
-        }
-    }
-    let fold_models: Vec<Model> = std::thread::scope(|s| {
-        let workers = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(folds);
-        let chunks: Vec<Vec<usize>> = (0..workers)
-            .map(|w| (0..folds).filter(|f| f % workers == w).collect())
-            .collect();
-        let handles: Vec<_> = chunks
-            .into_iter()
-            .map(|mine| {
-                let examples = &prepared.examples;
-                let fold_of = &fold_of;
-                s.spawn(move || {
-                    mine.into_iter()
-                        .map(|f| {
-                            let train: Vec<Example> = examples
-                                .iter()
-                                .zip(fold_of)
-                                .filter(|(_, &k)| k != f)
-                                .map(|(e, _)| e.clone())
-                                .collect();
-                            (f, fit::train(&train, reasons.clone(), options))
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        let mut all: Vec<(usize, Model)> = handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect();
-        all.sort_by_key(|(f, _)| *f);
-        all.into_iter().map(|(_, m)| m).collect()
-    });
-    let full = fit::train(&prepared.examples, reasons.clone(), options);
+    let (by_source, temperature) =
+        cross_validate(&prepared, items, folds, Folding::BySource, options);
+    let (by_item, _) = cross_validate(&prepared, items, folds, Folding::ByItem, options);
+    let full = fit::train(&prepared.examples, reasons.clone(), options).calibrated(temperature);
+    let sources = items
+        .iter()
+        .filter(|l| l.field)
+        .map(source_key)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
 
     let rules_of = |l: &Labelled| {
         let c = engine.classify_rules(&l.error);
         (c.reason, c.decided_by, c.rule)
     };
     let mut cv_items = Vec::new();
-    let mut cv_judged = Vec::new();
+    let mut judged_source = Vec::new();
+    let mut judged_item = Vec::new();
     let mut review = Vec::new();
+    let mut reliability: Vec<Bin> = BINS
+        .windows(2)
+        .map(|w| Bin {
+            from: w[0],
+            to: w[1],
+            items: 0,
+            predicted: 0.0,
+            observed: 0,
+        })
+        .collect();
     for (i, l) in items.iter().enumerate() {
-        let model = if l.field {
-            &fold_models[fold_of[i]]
-        } else {
-            &full
-        };
         let (rules_reason, decided_by, rule) = rules_of(l);
-        let j = Judging {
-            rules_reason,
-            decided_by,
-            rule,
-            model: model.predict_vector(&prepared.examples[i].vector).top(),
-        };
-        let model_reason = &reasons[j.model.0];
-        if j.decided_by == Decider::Rule
-            && j.model.1 >= min_confidence
-            && model_reason != j.rules_reason
+        let model =
+            by_source[i].unwrap_or_else(|| full.predict_vector(&prepared.examples[i].vector).top());
+        let model_reason = &reasons[model.0];
+        if decided_by == Decider::Rule
+            && model.1 >= REVIEW_CONFIDENCE
+            && model_reason != rules_reason
         {
             review.push(Disagreement {
                 origin: l.origin.clone(),
                 labels: l.labels.to_vec(),
-                rule: j.rule.unwrap_or("").to_string(),
-                rule_reason: j.rules_reason.to_string(),
+                rule: rule.unwrap_or("").to_string(),
+                rule_reason: rules_reason.to_string(),
                 model_reason: model_reason.clone(),
-                probability: j.model.1,
+                probability: model.1,
             });
         }
-        if l.field {
+        if let (Some(source), Some(item)) = (by_source[i], by_item[i]) {
+            let bin = reliability
+                .iter_mut()
+                .rfind(|b| source.1 >= b.from)
+                .expect("the first bin starts at 0");
+            bin.items += 1;
+            bin.predicted += f64::from(source.1);
+            bin.observed += usize::from(l.labels.iter().any(|x| *x == reasons[source.0]));
             cv_items.push(l);
-            cv_judged.push(j);
+            let judging = |model| Judging {
+                rules_reason,
+                decided_by,
+                model,
+            };
+            judged_source.push(judging(source));
+            judged_item.push(judging(item));
         }
     }
     review.sort_by(|a, b| {
@@ -359,35 +614,42 @@ pub fn evaluate(
             .total_cmp(&a.probability)
             .then(a.origin.cmp(&b.origin))
     });
-    let cross_validated = rows(engine, &cv_items, &cv_judged, reasons, min_confidence);
-    let thresholds = SWEEP
-        .iter()
-        .map(|&t| (t, rows(engine, &cv_items, &cv_judged, reasons, t).combined))
+    let thresholds = std::iter::once(Confidence::Costs)
+        .chain(SWEEP.iter().map(|&t| Confidence::Min(t)))
+        .map(|c| {
+            (
+                c,
+                rows(engine, &cv_items, &judged_source, reasons, c).combined,
+            )
+        })
         .collect();
     let holdout = (!holdout.is_empty()).then(|| {
         let refs: Vec<&Labelled> = holdout.iter().collect();
         let judged: Vec<Judging> = holdout
             .iter()
             .map(|l| {
-                let (rules_reason, decided_by, rule) = rules_of(l);
+                let (rules_reason, decided_by, _) = rules_of(l);
                 Judging {
                     rules_reason,
                     decided_by,
-                    rule,
                     model: engine
                         .with_model_input(&l.error, |inp| full.predict(inp))
                         .top(),
                 }
             })
             .collect();
-        rows(engine, &refs, &judged, reasons, min_confidence)
+        rows(engine, &refs, &judged, reasons, confidence)
     });
     Ok(Evaluation {
         folds,
-        min_confidence,
-        cross_validated,
+        confidence,
+        sources,
+        temperature,
+        by_source: rows(engine, &cv_items, &judged_source, reasons, confidence),
+        by_item: rows(engine, &cv_items, &judged_item, reasons, confidence),
         holdout,
         thresholds,
+        reliability,
         review,
     })
 }
@@ -436,22 +698,54 @@ pub fn render_rows(out: &mut String, title: &str, r: &Rows) {
 /// The evaluation as `failover test` prints it after the field report.
 pub fn render(e: &Evaluation, review_limit: usize, all_with: &str) -> String {
     let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nevidence model, {}-fold cross-validated on the field corpus ({} items from {} sources; {}):",
+        e.folds, e.by_source.rules.items, e.sources, e.confidence
+    );
     render_rows(
         &mut out,
         &format!(
-            "\nevidence model, {}-fold cross-validated on the field corpus ({} items; minConfidence {:.2}; the model decided {}):",
-            e.folds, e.cross_validated.rules.items, e.min_confidence, e.cross_validated.model_decided
+            "folds grouped by source, the figure that counts (the model changed {} verdicts):",
+            e.by_source.model_decided
         ),
-        &e.cross_validated,
+        &e.by_source,
+    );
+    render_rows(
+        &mut out,
+        &format!(
+            "folds dealt item by item, stratified (optimistic: one thread's items on both sides; the model changed {}):",
+            e.by_item.model_decided
+        ),
+        &e.by_item,
     );
     if let Some(h) = &e.holdout {
         render_rows(
             &mut out,
             &format!(
-                "held out ({} items, never trained on; the model decided {}):",
+                "held out ({} items, never trained on; the model changed {}):",
                 h.rules.items, h.model_decided
             ),
             h,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "reliability, folds by source (calibrated: temperature {:.2}): the top reason's probability against how often it is right",
+        e.temperature
+    );
+    for b in &e.reliability {
+        if b.items == 0 {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "  {:.2}–{:.2}  {:>5} items  predicted {:>5.1}%  observed {:>5.1}%",
+            b.from,
+            b.to,
+            b.items,
+            b.predicted_pct(),
+            b.observed_pct()
         );
     }
     if !e.review.is_empty() {
@@ -483,6 +777,26 @@ pub fn render(e: &Evaluation, review_limit: usize, all_with: &str) -> String {
     out
 }
 
+/// The thresholds table of `model train --cv`: the combined row (folds
+/// by source) under the costs and under each single `minConfidence`.
+pub fn render_thresholds(e: &Evaluation) -> String {
+    let mut out = String::from(
+        "\nthresholds                            exact  decision  unsafe stops  (rules + model, folds by source)\n",
+    );
+    for (c, row) in &e.thresholds {
+        let _ = writeln!(
+            out,
+            "  {:<34} {:>5.1}%  {:>6.1}%  {:>5.1}% ({})",
+            c.to_string(),
+            row.exact_pct(),
+            row.decision_pct(),
+            row.unsafe_pct(),
+            row.unsafe_stops
+        );
+    }
+    out
+}
+
 /// The evaluation in `failover test --json` (`field.model`, docs/json.md).
 pub fn evaluation_json(e: &Evaluation) -> serde_json::Value {
     let row = |r: &Row| {
@@ -503,16 +817,31 @@ pub fn evaluation_json(e: &Evaluation) -> serde_json::Value {
             "model_decided": r.model_decided,
         })
     };
+    let min_confidence = |c: &Confidence| match c {
+        Confidence::Costs => serde_json::Value::Null,
+        Confidence::Min(t) => serde_json::json!(t),
+    };
     serde_json::json!({
         "folds": e.folds,
-        "min_confidence": e.min_confidence,
-        "cross_validated": rows(&e.cross_validated),
+        "min_confidence": min_confidence(&e.confidence),
+        "sources": e.sources,
+        "temperature": e.temperature,
+        "cross_validated": rows(&e.by_source),
+        "by_source": rows(&e.by_source),
+        "by_item": rows(&e.by_item),
         "holdout": e.holdout.as_ref().map(rows),
-        "thresholds": e.thresholds.iter().map(|(t, r)| {
+        "thresholds": e.thresholds.iter().map(|(c, r)| {
             let mut v = row(r);
-            v["min_confidence"] = serde_json::json!(t);
+            v["min_confidence"] = min_confidence(c);
             v
         }).collect::<Vec<_>>(),
+        "reliability": e.reliability.iter().map(|b| serde_json::json!({
+            "from": b.from,
+            "to": b.to,
+            "items": b.items,
+            "predicted_pct": b.predicted_pct(),
+            "observed_pct": b.observed_pct(),
+        })).collect::<Vec<_>>(),
         "review": e.review.iter().map(|d| serde_json::json!({
             "origin": d.origin,
             "labels": d.labels,

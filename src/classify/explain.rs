@@ -90,24 +90,35 @@ pub fn render_explanation(engine: &Engine, c: &Classification, ex: &Explanation)
         );
     }
     if let Some(m) = &ex.model {
-        let verdict = if c.decided_by == super::Decider::Model {
-            "it decided"
-        } else {
-            "below its threshold: the rules' verdict stands"
+        let top = m.top.first().map_or("", |t| t.0.as_str());
+        let verdict = match c.decided_by {
+            super::Decider::Model => match c.overruled {
+                Some(rule) => format!("it overruled `{rule}`"),
+                None => "it decided where no rule matched".to_string(),
+            },
+            _ if top == c.reason => "it agrees: the rule stands".to_string(),
+            _ => "below its threshold: the rules' verdict stands".to_string(),
+        };
+        let why = match c.decided_by {
+            super::Decider::WeakRule => "a weak rule decided",
+            super::Decider::Model
+                if c.overruled.is_some_and(|r| {
+                    rs.rules.iter().find(|x| x.id == r).is_some_and(|x| x.weak)
+                }) =>
+            {
+                "a weak rule matched"
+            }
+            _ => "no text rule decided",
         };
         let _ = writeln!(
             out,
-            "model (no text rule decided; minConfidence {:.2}, {verdict}):",
-            m.min_confidence
+            "model ({why}; `{top}` needs {:.2} here, {}; {verdict}):",
+            m.threshold, m.confidence
         );
         for (reason, p) in &m.top {
             let _ = writeln!(out, "  {p:>6.3}  {reason}");
         }
-        let _ = writeln!(
-            out,
-            "  features that weighed most for `{}`:",
-            m.top.first().map_or("", |t| t.0.as_str())
-        );
+        let _ = writeln!(out, "  features that weighed most for `{top}`:");
         for f in &m.features {
             let _ = writeln!(out, "    {:>+7.3}  {}", f.weight, f.feature);
         }

@@ -49,8 +49,9 @@ use serde_json::Value;
 use crate::compile::plan::{Plan, RuleIdx};
 use crate::compile::{Build, Expr, ReasonBehaviour, ReasonId, Ruleset, TextField, TextTest};
 use crate::diag::{Diagnostic, Diagnostics};
+use crate::evidence::cost::{self, Consequence};
 use crate::evidence::features::Input as ModelInput;
-use crate::evidence::{builtin as builtin_model, Model, DEFAULT_MIN_CONFIDENCE};
+use crate::evidence::{builtin as builtin_model, Confidence, Model};
 use crate::syntax::SourceMap;
 pub use explain::render_explanation;
 pub use input::{Body, ProviderError};
@@ -75,21 +76,31 @@ pub struct Engine {
     needs_body_tree: bool,
     sources: SourceMap,
     warnings: Vec<Diagnostic>,
-    /// Per rule: whether it tests the text (message, body, code or type,
-    /// outside a `not`). A verdict of any other rule, or of none, may be
-    /// decided by the model.
-    text_rules: Vec<bool>,
+    /// Per rule: who decides when it matches — a text rule (it tests the
+    /// message, body, code or type outside a `not`), a `weak` text rule,
+    /// or a status rule. The model may overrule the last two, and no rule.
+    deciders: Vec<Decider>,
     model: Option<ModelSlot>,
 }
 
-/// The evidence model an engine consults, with its threshold.
+/// The evidence model an engine consults, with its thresholds.
 #[derive(Debug, Clone)]
 struct ModelSlot {
     model: Arc<Model>,
-    min_confidence: f32,
+    confidence: Confidence,
     /// The ruleset's reason for each of the model's reasons (`None`: the
     /// rules do not declare it, and the model cannot give it).
     reasons: Vec<Option<ReasonId>>,
+    /// The probability model reason `m` needs to overrule the rules'
+    /// verdict `v`: `thresholds[m * ruleset reasons + v]`.
+    thresholds: Vec<f32>,
+}
+
+impl ModelSlot {
+    #[inline]
+    fn threshold(&self, top: usize, verdict: ReasonId, reasons: usize) -> f32 {
+        self.thresholds[top * reasons + verdict.0 as usize]
+    }
 }
 
 /// Which step of the precedence decided a verdict (docs/model.md).
@@ -104,6 +115,9 @@ pub enum Decider {
     /// A rule that tests only the status and/or the provider (the model,
     /// if consulted, was below its threshold).
     StatusRule,
+    /// A `weak` text rule: a default the model, when consulted, did not
+    /// overrule.
+    WeakRule,
     /// No rule matched and the model did not decide: `unclassified`.
     None,
 }
@@ -115,6 +129,7 @@ impl Decider {
             Decider::Rule => "rule",
             Decider::Model => "model",
             Decider::StatusRule => "status rule",
+            Decider::WeakRule => "weak rule",
             Decider::None => "none",
         }
     }
@@ -180,8 +195,10 @@ pub struct ModelExplanation {
     pub top: Vec<(String, f32)>,
     /// The ten features that added most to the top reason's score.
     pub features: Vec<crate::evidence::Weighed>,
-    /// The threshold it needed to decide.
-    pub min_confidence: f32,
+    /// The probability its top reason needed to overrule this verdict.
+    pub threshold: f32,
+    /// How the thresholds are set.
+    pub confidence: Confidence,
 }
 
 /// Reusable buffers for classification. One per thread; see
@@ -298,7 +315,7 @@ impl Engine {
     /// The embedded default ruleset. It is checked by the test suite, so a
     /// failure here is a build defect.
     pub fn builtin() -> Engine {
-        Engine::builtin_rules().with_model(builtin_model(), DEFAULT_MIN_CONFIDENCE)
+        Engine::builtin_rules().with_model(builtin_model(), Confidence::Costs)
     }
 
     /// The embedded default ruleset without the model: `--no-model`.
@@ -308,25 +325,62 @@ impl Engine {
             .unwrap_or_else(|d| panic!("the embedded default ruleset does not compile:\n{d}"))
     }
 
-    /// Consults `model` where no text rule decides (docs/model.md): it
-    /// decides when its top reason's probability is at least
-    /// `min_confidence` (clamped to 0–1) and the rules declare that reason.
-    pub fn with_model(mut self, model: Arc<Model>, min_confidence: f32) -> Engine {
-        let reasons = model
+    /// Consults `model` where no text rule decides, or a `weak` one did
+    /// (docs/model.md): its top reason decides when the rules declare it
+    /// and its probability reaches the threshold — per reason and
+    /// overruled verdict from the costs ([`Confidence::Costs`]), or one
+    /// `minConfidence` for all (a bare `f32`, clamped to 0–1).
+    pub fn with_model(mut self, model: Arc<Model>, confidence: impl Into<Confidence>) -> Engine {
+        let confidence = confidence.into();
+        let reasons: Vec<Option<ReasonId>> = model
             .reasons()
             .iter()
             .map(|r| self.model_reason(r))
             .collect();
+        let n = self.ruleset.reasons.len();
+        let all: Vec<Consequence> = self
+            .ruleset
+            .reasons
+            .iter()
+            .map(|d| Consequence::from(&d.behaviour))
+            .collect();
+        let mut thresholds = vec![1.0; reasons.len() * n];
+        for (m, id) in reasons.iter().enumerate() {
+            for v in 0..n {
+                thresholds[m * n + v] = match (confidence, id) {
+                    (Confidence::Min(t), _) => t,
+                    (Confidence::Costs, Some(id)) => cost::threshold(&all, id.0 as usize, v),
+                    (Confidence::Costs, None) => 1.0,
+                };
+            }
+        }
         self.model = Some(ModelSlot {
             model,
-            min_confidence: if min_confidence.is_nan() {
-                DEFAULT_MIN_CONFIDENCE
-            } else {
-                min_confidence.clamp(0.0, 1.0)
-            },
+            confidence,
             reasons,
+            thresholds,
         });
         self
+    }
+
+    /// The probability the model's `reason` needs to overrule the rules'
+    /// verdict `verdict` under `confidence` (`None`: either is not a
+    /// reason of these rules, or the model may not give it).
+    pub fn threshold(&self, reason: &str, verdict: &str, confidence: Confidence) -> Option<f32> {
+        let r = self.model_reason(reason)?;
+        let v = self.ruleset.reason_id(verdict)?;
+        Some(match confidence {
+            Confidence::Min(t) => t,
+            Confidence::Costs => {
+                let all: Vec<Consequence> = self
+                    .ruleset
+                    .reasons
+                    .iter()
+                    .map(|d| Consequence::from(&d.behaviour))
+                    .collect();
+                cost::threshold(&all, r.0 as usize, v.0 as usize)
+            }
+        })
     }
 
     /// The reason a model's `reason` is in the rules, if the model may give
@@ -350,18 +404,25 @@ impl Engine {
         self
     }
 
-    /// The model consulted and its threshold, if any.
-    pub fn model(&self) -> Option<(&Arc<Model>, f32)> {
-        self.model.as_ref().map(|m| (&m.model, m.min_confidence))
+    /// The model consulted and how its thresholds are set, if any.
+    pub fn model(&self) -> Option<(&Arc<Model>, Confidence)> {
+        self.model.as_ref().map(|m| (&m.model, m.confidence))
     }
 
-    /// Whether the rule at `index` tests the text (so the model never
-    /// overrules it).
-    pub fn is_text_rule(&self, index: RuleIdx) -> bool {
-        self.text_rules
+    /// Who decides when the rule at `index` matches: [`Decider::Rule`]
+    /// (a text rule: the model never overrules it), [`Decider::WeakRule`]
+    /// or [`Decider::StatusRule`] (the model may).
+    pub fn decider_of(&self, index: RuleIdx) -> Decider {
+        self.deciders
             .get(index as usize)
             .copied()
-            .unwrap_or(false)
+            .unwrap_or(Decider::StatusRule)
+    }
+
+    /// Whether the rule at `index` is a text rule the model never
+    /// overrules (not `weak`, not a status rule).
+    pub fn is_text_rule(&self, index: RuleIdx) -> bool {
+        self.decider_of(index) == Decider::Rule
     }
 
     /// Builds an engine from a compile result; on errors, returns the
@@ -371,9 +432,17 @@ impl Engine {
             (Some(ruleset), Some(plan)) => {
                 let needs_body_text = ruleset.rules.iter().any(|r| reads_body(&r.cond, false));
                 let needs_body_tree = ruleset.rules.iter().any(|r| reads_body(&r.cond, true));
-                let text_rules = ruleset.rules.iter().map(|r| r.cond.tests_text()).collect();
+                let deciders = ruleset
+                    .rules
+                    .iter()
+                    .map(|r| match (r.cond.tests_text(), r.weak) {
+                        (true, false) => Decider::Rule,
+                        (true, true) => Decider::WeakRule,
+                        (false, _) => Decider::StatusRule,
+                    })
+                    .collect();
                 Ok(Engine {
-                    text_rules,
+                    deciders,
                     model: None,
                     ruleset,
                     plan,
@@ -491,11 +560,27 @@ impl Engine {
                         .map(|(i, p)| (names[i].clone(), p))
                         .collect(),
                     features: slot.model.weighed(input, p.top().0, 10),
-                    min_confidence: slot.min_confidence,
+                    threshold: slot.threshold(
+                        p.top().0,
+                        self.verdict_before_model(&c),
+                        self.ruleset.reasons.len(),
+                    ),
+                    confidence: slot.confidence,
                 }
             }));
         }
         (c, ex)
+    }
+
+    /// The rules' verdict of `c` before the model had its say: the
+    /// overruled rule's reason (`unclassified` when no rule matched).
+    fn verdict_before_model(&self, c: &Classification) -> ReasonId {
+        if c.decided_by != Decider::Model {
+            return c.reason_id;
+        }
+        c.overruled
+            .and_then(|id| self.ruleset.rules.iter().find(|r| r.id == id))
+            .map_or(self.ruleset.unclassified, |r| r.reason)
     }
 
     /// The reference path the matcher is measured and checked against:
@@ -643,8 +728,7 @@ impl Engine {
             status,
             truncated,
             decided_by: match rule {
-                Some(i) if self.is_text_rule(i) => Decider::Rule,
-                Some(_) => Decider::StatusRule,
+                Some(i) => self.decider_of(i),
                 None => Decider::None,
             },
             probability: None,
@@ -653,9 +737,11 @@ impl Engine {
         }
     }
 
-    /// The precedence's last step: where no text rule decided, the model
-    /// reads the same normalised error; at or above its threshold its top
-    /// reason is the verdict.
+    /// The precedence's last step: where no text rule decided (or a weak
+    /// one did), the model reads the same normalised error; when its top
+    /// reason differs from the rules' and reaches its threshold, it is the
+    /// verdict. Where the two agree, the rule stands (its id stays in the
+    /// verdict) with the model's probability beside it.
     fn consult_model<'e>(
         &'e self,
         slot: &'e ModelSlot,
@@ -670,7 +756,9 @@ impl Engine {
         let Some(reason_id) = slot.reasons[top] else {
             return c;
         };
-        if prob < slot.min_confidence {
+        if reason_id == c.reason_id
+            || prob < slot.threshold(top, c.reason_id, self.ruleset.reasons.len())
+        {
             return c;
         }
         let def = self.ruleset.reason(reason_id);
@@ -1411,6 +1499,7 @@ mod tests {
         ]
         .map(Decider::as_str);
         assert_eq!(names, ["rule", "model", "status rule", "none"]);
+        assert_eq!(Decider::WeakRule.as_str(), "weak rule");
     }
 
     // docs/model.md: the model overrules a rule that reads only the status
@@ -1426,8 +1515,19 @@ mod tests {
         assert_eq!((c.reason, c.decided_by), ("timeout", Decider::StatusRule));
 
         let eager = Engine::builtin_rules().with_model(builtin_model(), 0.0);
-        assert_eq!(eager.model().map(|(_, t)| t), Some(0.0));
-        assert_eq!(eager.classify(&bare).decided_by, Decider::Model);
+        assert_eq!(eager.model().map(|(_, t)| t), Some(Confidence::Min(0.0)));
+        // At threshold 0 the model decides wherever it disagrees; where it
+        // agrees, the status rule stands with the model's probability.
+        let c = eager.classify(&bare);
+        if c.model_reason == Some("timeout") {
+            assert_eq!(
+                (c.decided_by, c.rule),
+                (Decider::StatusRule, Some("timeout.status_5xx"))
+            );
+        } else {
+            assert_eq!(c.decided_by, Decider::Model);
+        }
+        assert!(c.probability.is_some());
         let text = ProviderError::message("Too many requests").with_status(429);
         let c = eager.classify(&text);
         assert_eq!((c.reason, c.decided_by), ("rate_limit", Decider::Rule));
@@ -1468,10 +1568,94 @@ mod tests {
                 .model()
                 .map(|(_, t)| t)
         };
-        assert_eq!(clamp(1.5), Some(1.0));
-        assert_eq!(clamp(-1.0), Some(0.0));
-        assert_eq!(clamp(f32::NAN), Some(DEFAULT_MIN_CONFIDENCE));
+        assert_eq!(clamp(1.5), Some(Confidence::Min(1.0)));
+        assert_eq!(clamp(-1.0), Some(Confidence::Min(0.0)));
+        assert_eq!(
+            clamp(f32::NAN),
+            Some(Confidence::Min(crate::evidence::DEFAULT_MIN_CONFIDENCE))
+        );
+        assert_eq!(
+            Engine::builtin().model().map(|(_, c)| c),
+            Some(Confidence::Costs)
+        );
         assert!(eager.without_model().model().is_none());
+    }
+
+    /// A toy model over `engine`'s reasons, trained on `(message, reason)`
+    /// pairs as the engine reads them.
+    fn toy_model(engine: &Engine, items: &[(&str, &str)]) -> Arc<Model> {
+        let mut reasons: Vec<String> = items.iter().map(|i| i.1.to_string()).collect();
+        reasons.sort();
+        reasons.dedup();
+        let examples: Vec<_> = items
+            .iter()
+            .map(|(m, r)| crate::evidence::train::Example {
+                vector: engine
+                    .with_model_input(&ProviderError::message(m), crate::evidence::vector),
+                label: reasons.iter().position(|x| x == r).unwrap(),
+            })
+            .collect();
+        Arc::new(crate::evidence::train::train(
+            &examples,
+            reasons,
+            crate::evidence::train::Options::default(),
+        ))
+    }
+
+    // docs/model.md "Weak rules": a `weak` text rule is a default the
+    // model overrules at the cost-derived threshold (a failover reason
+    // over a stop: the floor, 0.5); a text rule it never overrules;
+    // `--explain` says which rule was overruled and why.
+    #[test]
+    fn a_confident_model_overrules_weak_rules_never_text_rules() {
+        let rules = "reason rate_limit { failover; cooldown }\n\
+                     reason format { stop }\n\
+                     weak rule w.weak when message has \"weakword\" => format\n\
+                     rule w.strong when message has \"strongword\" => format\n";
+        let plain = engine(rules);
+        let mut items = Vec::new();
+        for _ in 0..5 {
+            items.push(("weakword slow down please", "rate_limit"));
+            items.push(("strongword slow down please", "rate_limit"));
+            items.push(("your payload is broken", "format"));
+        }
+        let e = engine(rules).with_model(toy_model(&plain, &items), Confidence::Costs);
+        let weak = ProviderError::message("weakword slow down please");
+        assert_eq!(plain.classify(&weak).decided_by, Decider::WeakRule);
+        let c = e.classify(&weak);
+        assert_eq!(
+            (c.reason, c.decided_by, c.overruled),
+            ("rate_limit", Decider::Model, Some("w.weak"))
+        );
+        assert!(c.probability.unwrap() >= cost::FLOOR);
+        assert_eq!(
+            e.threshold("rate_limit", "format", Confidence::Costs),
+            Some(cost::FLOOR)
+        );
+        let (_, ex) = e.explain(&weak);
+        let text = render_explanation(&e, &c, &ex);
+        assert!(text.contains("a weak rule matched"), "{text}");
+        assert!(text.contains("it overruled `w.weak`"), "{text}");
+
+        let strong = ProviderError::message("strongword slow down please");
+        let c = e.classify(&strong);
+        assert_eq!(
+            (c.reason, c.decided_by, c.rule),
+            ("format", Decider::Rule, Some("w.strong"))
+        );
+        assert_eq!(
+            c.probability, None,
+            "a text rule's verdict: the model is not consulted"
+        );
+
+        // Where the model agrees with the weak rule, the rule stands.
+        let c = e.classify(&ProviderError::message("weakword: your payload is broken"));
+        if c.model_reason == Some("format") {
+            assert_eq!((c.decided_by, c.rule), (Decider::WeakRule, Some("w.weak")));
+        }
+        // The single threshold overrides the costs: at 1.0 nothing moves.
+        let strict = engine(rules).with_model(toy_model(&plain, &items), 1.0);
+        assert_eq!(strict.classify(&weak).decided_by, Decider::WeakRule);
     }
 
     // The declared reasons, in declaration order, and their behaviour;

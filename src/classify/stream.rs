@@ -610,14 +610,7 @@ impl OutputHeads {
                 .rules
                 .iter()
                 .enumerate()
-                .map(|(i, r)| {
-                    let by = if engine.is_text_rule(i as RuleIdx) {
-                        Decider::Rule
-                    } else {
-                        Decider::StatusRule
-                    };
-                    head(r.reason, Some(&r.id), by)
-                })
+                .map(|(i, r)| head(r.reason, Some(&r.id), engine.decider_of(i as RuleIdx)))
                 .collect(),
             by_model: (0..rs.reasons.len())
                 .map(|i| head(crate::compile::ReasonId(i as _), None, Decider::Model))

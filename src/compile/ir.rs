@@ -23,6 +23,9 @@ pub(crate) struct Rule {
     pub layer: usize,
     /// Whether the rule belongs to the embedded default ruleset.
     pub is_default: bool,
+    /// `weak rule …`: a text rule whose verdict the evidence model may
+    /// overrule, as it may a status rule's (docs/model.md, "Weak rules").
+    pub weak: bool,
 }
 
 /// A condition tree. Text comparisons are ASCII case-insensitive: both

@@ -389,6 +389,7 @@ impl Compiler<'_> {
                             span: r.id.span,
                             layer: *li,
                             is_default,
+                            weak: r.weak,
                         });
                     }
                 }

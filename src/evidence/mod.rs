@@ -27,11 +27,13 @@
 //! "FOVMODEL"  u32 format version  u8 bucket bits
 //! u8 reasons  { u8 length, UTF-8 name }…
 //! u32 items   f32 lambda   u32 iterations        (how it was trained)
+//! f32 temperature                                 (version 2: the calibration)
 //! f32 × reasons                                   (the biases)
 //! u32 rows    { u32 bucket, f32 × reasons }…      (the non-zero rows, ascending)
 //! u64 FNV-1a 64 of every byte before it
 //! ```
 
+pub mod cost;
 pub mod features;
 pub mod train;
 
@@ -41,17 +43,58 @@ use std::sync::{Arc, OnceLock};
 use features::{Input, Kind, Sink};
 
 /// The version of the file format and of the tokenisation ([`features`]).
-pub const FORMAT_VERSION: u32 = 1;
+/// Version 2 adds the calibration's temperature; version 1 files are
+/// still read (uncalibrated: temperature 1).
+pub const FORMAT_VERSION: u32 = 2;
 /// log2 of the number of weight rows.
 pub const BUCKET_BITS: u8 = 16;
 /// A model tells at most this many reasons apart.
 pub const MAX_REASONS: usize = 32;
 /// The largest model file read (the default is under 4 MB).
 pub const MAX_MODEL_BYTES: u64 = 64 << 20;
-/// The probability the model's top reason needs to decide, unless
-/// configured: chosen by cross-validation on the field corpus
-/// (`docs/model.md`, "Choosing minConfidence").
+/// The single threshold of earlier releases (`minConfidence` unset now
+/// means [`Confidence::Costs`]); what a `NaN` threshold falls back to.
 pub const DEFAULT_MIN_CONFIDENCE: f32 = 0.9;
+
+/// When the model's top reason decides.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Confidence {
+    /// At a threshold per (model reason, overruled verdict) derived from
+    /// the cost of each mistake ([`cost`]): the default.
+    #[default]
+    Costs,
+    /// At one threshold for every reason (`minConfidence`, an override).
+    Min(f32),
+}
+
+impl From<f32> for Confidence {
+    /// A single threshold, clamped to 0–1 (`NaN`:
+    /// [`DEFAULT_MIN_CONFIDENCE`]).
+    fn from(t: f32) -> Self {
+        Confidence::Min(if t.is_nan() {
+            DEFAULT_MIN_CONFIDENCE
+        } else {
+            t.clamp(0.0, 1.0)
+        })
+    }
+}
+
+impl From<Option<f32>> for Confidence {
+    /// A configured `minConfidence`, or the costs when none is.
+    fn from(t: Option<f32>) -> Self {
+        t.map_or(Confidence::Costs, Confidence::from)
+    }
+}
+
+impl fmt::Display for Confidence {
+    /// `per-reason thresholds from the costs` or `minConfidence 0.90`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Confidence::Costs => f.write_str("per-reason thresholds from the costs"),
+            Confidence::Min(t) => write!(f, "minConfidence {t:.2}"),
+        }
+    }
+}
 
 const MAGIC: &[u8; 8] = b"FOVMODEL";
 
@@ -95,6 +138,10 @@ pub struct Trained {
     pub lambda: f32,
     /// Optimiser iterations run.
     pub iterations: u32,
+    /// The calibration: the weights were divided by this temperature,
+    /// fitted on cross-validation folds grouped by source so that a
+    /// probability means what it says (1: uncalibrated).
+    pub temperature: f32,
 }
 
 impl fmt::Debug for Model {
@@ -338,6 +385,7 @@ impl Model {
         out.extend_from_slice(&self.trained.items.to_le_bytes());
         out.extend_from_slice(&self.trained.lambda.to_le_bytes());
         out.extend_from_slice(&self.trained.iterations.to_le_bytes());
+        out.extend_from_slice(&self.trained.temperature.to_le_bytes());
         for b in &self.bias[..r] {
             out.extend_from_slice(&b.to_le_bytes());
         }
@@ -371,7 +419,7 @@ impl Model {
             at: MAGIC.len(),
         };
         let version = r.u32()?;
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != 1 {
             return Err(ModelError::Version(version));
         }
         if bytes.len() < 8 + 12 {
@@ -411,7 +459,11 @@ impl Model {
             items: r.u32()?,
             lambda: r.f32()?,
             iterations: r.u32()?,
+            temperature: if version >= 2 { r.f32()? } else { 1.0 },
         };
+        if !(trained.temperature > 0.0) {
+            return Err(ModelError::Damaged("a temperature that is not positive"));
+        }
         let width = padded(count);
         let mut bias = vec![0.0; width];
         for b in &mut bias[..count] {
@@ -443,6 +495,17 @@ impl Model {
             bias,
             trained,
         })
+    }
+
+    /// The model with its scores divided by `temperature` (the
+    /// calibration, [`train::fit_temperature`]): the same ranking, honest
+    /// probabilities. No cost at inference: the weights are scaled.
+    pub fn calibrated(mut self, temperature: f32) -> Model {
+        let k = 1.0 / temperature;
+        self.weights.iter_mut().for_each(|w| *w *= k);
+        self.bias.iter_mut().for_each(|w| *w *= k);
+        self.trained.temperature *= temperature;
+        self
     }
 
     /// A model from trained weights: `rows[b]` holds bucket `b`'s weight

@@ -56,6 +56,7 @@ fn with_no_features_and_no_penalty_the_optimum_is_the_class_frequencies() {
         vec!["a".into(), "b".into(), "c".into()],
         Options {
             lambda: 0.0,
+            balance: 0.0,
             ..Options::default()
         },
     );

@@ -1,8 +1,10 @@
 //! Training: multinomial logistic regression with an L2 penalty, by
 //! L-BFGS, deterministically.
 //!
-//! Minimises `(1/N) Σ −log p(yᵢ | xᵢ) + (λ/2)‖W‖²` (the biases are not
-//! penalised) over the buckets the examples use. Everything runs in a
+//! Minimises `(1/Σc) Σ c(yᵢ)·(−log p(yᵢ | xᵢ)) + (λ/2)‖W‖²` (the biases
+//! are not penalised) over the buckets the examples use, where `c(y)`
+//! weighs a reason by `(N / (K·n_y))^balance` so that a rare reason is not
+//! drowned by the common ones ([`Options::balance`]). Everything runs in a
 //! fixed order on one thread in `f64`, with a fixed iteration bound and
 //! tolerance, so the same examples give the same bytes on one platform.
 //! Hand-written (about a hundred lines) rather than a dependency: no
@@ -32,17 +34,21 @@ pub struct Options {
     pub max_iterations: u32,
     /// Stop when the gradient's largest component is below this.
     pub tolerance: f64,
+    /// How much rare reasons are weighed up: 0 not at all, 1 as much as
+    /// the common ones in total.
+    pub balance: f64,
 }
 
 impl Default for Options {
     /// λ = 1e-4 and 80 iterations (chosen by cross-validation,
     /// `docs/model.md`: 300 iterations change no verdict that matters and
-    /// cost four times as long), tolerance 1e-6.
+    /// cost four times as long), tolerance 1e-6, balance ½.
     fn default() -> Self {
         Options {
             lambda: 1e-4,
             max_iterations: 80,
             tolerance: 1e-6,
+            balance: 0.5,
         }
     }
 }
@@ -52,6 +58,9 @@ struct Problem<'a> {
     examples: &'a [Example],
     /// Each example's features as (dense column, value).
     columns: Vec<Vec<(usize, f64)>>,
+    /// Each reason's weight in the loss, normalised so that the examples'
+    /// weights sum to their count.
+    class_weight: Vec<f64>,
     dims: usize,
     classes: usize,
     lambda: f64,
@@ -72,6 +81,7 @@ impl Problem<'_> {
         let mut loss = 0.0;
         let mut z = vec![0.0f64; k];
         for (ex, cols) in self.examples.iter().zip(&self.columns) {
+            let cw = self.class_weight[ex.label];
             z.copy_from_slice(&theta[bias_at..bias_at + k]);
             for &(c, x) in cols {
                 for (zj, w) in z.iter_mut().zip(&theta[c * k..c * k + k]) {
@@ -86,18 +96,18 @@ impl Problem<'_> {
                 *zj = (*zj - max).exp();
                 sum += *zj;
             }
-            loss += sum.ln() - shifted_y;
+            loss += cw * (sum.ln() - shifted_y);
             for zj in z.iter_mut() {
                 *zj /= sum;
             }
             z[ex.label] -= 1.0;
             for &(c, x) in cols {
                 for (g, d) in grad[c * k..c * k + k].iter_mut().zip(&z) {
-                    *g += x * d / n;
+                    *g += cw * x * d / n;
                 }
             }
             for (g, d) in grad[bias_at..bias_at + k].iter_mut().zip(&z) {
-                *g += d / n;
+                *g += cw * d / n;
             }
         }
         loss /= n;
@@ -233,6 +243,7 @@ pub fn train(examples: &[Example], reasons: Vec<String>, options: Options) -> Mo
         dims: dense.len(),
         classes,
         lambda: options.lambda,
+        class_weight: class_weights(examples, classes, options.balance),
     };
     let mut theta = vec![0.0; problem.params()];
     let iterations = lbfgs(
@@ -263,8 +274,80 @@ pub fn train(examples: &[Example], reasons: Vec<String>, options: Options) -> Mo
             items: examples.len() as u32,
             lambda: options.lambda as f32,
             iterations,
+            temperature: 1.0,
         },
     )
+}
+
+/// Each reason's weight in the loss: `(N / (K·n_y))^balance` over the `K`
+/// reasons that have examples, scaled so that the examples' weights sum
+/// to `N` (the objective keeps its scale, and λ its meaning).
+fn class_weights(examples: &[Example], classes: usize, balance: f64) -> Vec<f64> {
+    let mut counts = vec![0usize; classes];
+    for e in examples {
+        counts[e.label] += 1;
+    }
+    let n = examples.len() as f64;
+    let present = counts.iter().filter(|&&c| c > 0).count().max(1) as f64;
+    let raw: Vec<f64> = counts
+        .iter()
+        .map(|&c| {
+            if c == 0 {
+                0.0
+            } else {
+                (n / (present * c as f64)).powf(balance)
+            }
+        })
+        .collect();
+    let total: f64 = counts.iter().zip(&raw).map(|(&c, w)| c as f64 * w).sum();
+    let scale = if total > 0.0 { n / total } else { 1.0 };
+    raw.into_iter().map(|w| w * scale).collect()
+}
+
+/// The temperature `T` that makes `softmax(log p / T)` fit the labels
+/// best (the least mean negative log-likelihood of the item's defensible
+/// labels, `−log Σ p(y)` over them), from each item's log-probabilities
+/// under a model that never saw it and its labels:
+/// temperature scaling (Guo et al., "On Calibration of Modern Neural
+/// Networks", 2017). A golden-section search over `ln T` in [1/20, 20],
+/// deterministic; 1 without items.
+pub fn fit_temperature(items: &[(Vec<f32>, Vec<usize>)]) -> f32 {
+    if items.is_empty() {
+        return 1.0;
+    }
+    let nll = |ln_t: f64| -> f64 {
+        let inv = (-ln_t).exp();
+        let mut total = 0.0;
+        for (logp, labels) in items {
+            let max = logp.iter().copied().fold(f32::MIN, f32::max) as f64;
+            let e = |l: f32| ((l as f64 - max) * inv).exp();
+            let sum: f64 = logp.iter().map(|&l| e(l)).sum();
+            let right: f64 = labels.iter().map(|&y| e(logp[y])).sum();
+            total += sum.ln() - right.max(f64::MIN_POSITIVE).ln();
+        }
+        total / items.len() as f64
+    };
+    let phi = (5f64.sqrt() - 1.0) / 2.0;
+    let (mut a, mut b) = ((1.0f64 / 20.0).ln(), 20f64.ln());
+    let mut c = b - phi * (b - a);
+    let mut d = a + phi * (b - a);
+    let (mut fc, mut fd) = (nll(c), nll(d));
+    for _ in 0..60 {
+        if fc <= fd {
+            b = d;
+            d = c;
+            fd = fc;
+            c = b - phi * (b - a);
+            fc = nll(c);
+        } else {
+            a = c;
+            c = d;
+            fc = fd;
+            d = a + phi * (b - a);
+            fd = nll(d);
+        }
+    }
+    ((a + b) / 2.0).exp() as f32
 }
 
 #[cfg(test)]
@@ -293,6 +376,7 @@ pub(super) fn objective_for_test(
         dims,
         classes,
         lambda,
+        class_weight: vec![1.0; classes],
     };
     let mut g = vec![0.0; problem.params()];
     let f = problem.eval(theta, &mut g);

@@ -300,7 +300,10 @@ async fn r9_3_format_error_is_surfaced() {
 // last candidate the original error is returned as it is.
 #[tokio::test(start_paused = true)]
 async fn r16_8_unclassified_advances_then_surfaces() {
-    let h = setup(BASIC, KEYS);
+    // The rules alone: what R16.8 pins is what happens to an error no
+    // rule reads (the model may put another failover label on a text
+    // this vague; the runner's path is the same).
+    let h = setup_on(Arc::new(crate::Engine::builtin_rules()), BASIC, KEYS, |r| r);
     let s = Script::default()
         .on("anthropic/claude", vec![msg("something odd happened")])
         .on("openai/gpt", vec![msg("another odd thing")]);

@@ -72,11 +72,12 @@ fn the_model_overrules_a_status_rule_only_at_or_above_its_threshold() {
 
 #[test]
 fn a_text_rule_always_beats_the_model() {
-    // `invalid api key` is a text rule (auth); the model, at threshold 0,
-    // is not even consulted.
+    // `too many requests` is a text rule (rate_limit, not `weak`); the
+    // model, at threshold 0, is not even consulted.
     let engine = Engine::builtin_rules().with_model(model(), 0.0);
-    let c = engine
-        .classify(&ProviderError::message("zorblat region gate: invalid api key").with_status(400));
+    let c = engine.classify(
+        &ProviderError::message("zorblat region gate: too many requests").with_status(400),
+    );
     assert_eq!(c.decided_by, Decider::Rule);
     assert_eq!(
         c.probability, None,

@@ -120,8 +120,9 @@ pub(crate) struct RulesArgs {
     /// Consult no model: the rules alone decide, exactly as without one.
     #[arg(long)]
     pub(crate) no_model: bool,
-    /// The probability the model's top reason needs to decide (0–1)
-    /// [default: 0.9].
+    /// One probability (0–1) the model's top reason needs to decide,
+    /// for every reason [default: per-reason thresholds from the cost of
+    /// each mistake, docs/model.md].
     #[arg(long, value_name = "P", value_parser = probability)]
     pub(crate) min_confidence: Option<f32>,
 }
@@ -139,10 +140,14 @@ impl RulesArgs {
     /// embedded one.
     pub(crate) fn model(
         &self,
-    ) -> Result<Option<(std::sync::Arc<failover::evidence::Model>, f32)>, Stop> {
-        let threshold = self
-            .min_confidence
-            .unwrap_or(failover::evidence::DEFAULT_MIN_CONFIDENCE);
+    ) -> Result<
+        Option<(
+            std::sync::Arc<failover::evidence::Model>,
+            failover::evidence::Confidence,
+        )>,
+        Stop,
+    > {
+        let threshold = failover::evidence::Confidence::from(self.min_confidence);
         if self.no_model {
             return Ok(None);
         }

@@ -44,6 +44,10 @@ pub(crate) const DEFAULT_CASES: &[(&str, &str)] = &[
         "rules/90-fallbacks.cases.yaml",
         include_str!("../../../rules/90-fallbacks.cases.yaml"),
     ),
+    (
+        "rules/95-original-vectors.cases.yaml",
+        include_str!("../../../rules/95-original-vectors.cases.yaml"),
+    ),
 ];
 
 /// The field corpus the default ruleset is measured on (`tests/field/`,

@@ -495,11 +495,10 @@ fn with_model(
     sources: &Sources,
     classify: &upstreams::ClassifySettings,
 ) -> Result<(Engine, Vec<u8>), ModelFileFailed> {
-    let threshold = sources
-        .model
-        .min_confidence
-        .or(classify.min_confidence)
-        .unwrap_or(failover::evidence::DEFAULT_MIN_CONFIDENCE);
+    // Unset: the thresholds the costs give (docs/model.md).
+    let threshold = failover::evidence::Confidence::from(
+        sources.model.min_confidence.or(classify.min_confidence),
+    );
     if sources.model.no_model {
         return Ok((engine, Vec::new()));
     }
@@ -517,7 +516,10 @@ fn with_model(
     Ok(if builtin {
         (
             engine.with_model(failover::evidence::builtin(), threshold),
-            threshold.to_le_bytes().to_vec(),
+            match threshold {
+                failover::evidence::Confidence::Min(t) => t.to_le_bytes().to_vec(),
+                _ => b"costs".to_vec(),
+            },
         )
     } else {
         (engine, Vec::new())

@@ -54,7 +54,7 @@ function scopes(grammar, text) {
   });
 }
 
-const KEYWORDS = new Set(['reason', 'rule', 'when', 'provider', 'selection', 'fallbacks', 'strict', 'else', 'and', 'or', 'not',
+const KEYWORDS = new Set(['weak', 'reason', 'rule', 'when', 'provider', 'selection', 'fallbacks', 'strict', 'else', 'and', 'or', 'not',
   'has', 'any', 'all', 'starts', 'ends', 'with', 'matches', 'in', 'is', 'empty']);
 
 // An independent scan of one line: [start, end, kind] spans.
@@ -164,6 +164,11 @@ registry.loadGrammar(SCOPE).then((grammar) => {
       expectScope(rows, rel, 'selection agent_primary', 'agent else', 'variable.other.fallback-list');
       expectScope(rows, rel, 'selection agent_primary', 'else', 'keyword.control.else');
       expectScope(rows, rel, 'selection agent_primary', 'strict', 'keyword.other.strict');
+    }
+    if (rel === 'rules/60-messages.rules') {
+      expectScope(rows, rel, 'weak rule timeout.text', 'weak', 'keyword.other.weak');
+      expectScope(rows, rel, 'weak rule timeout.text', 'rule', 'keyword.other.rule');
+      expectScope(rows, rel, 'weak rule timeout.text', 'timeout.text', 'entity.name.function.rule');
     }
     if (rel === 'rules/80-status.rules') {
       expectScope(rows, rel, 'rule rate_limit.status_429', 'rate_limit.status_429', 'entity.name.function.rule');

@@ -125,7 +125,7 @@ fn train(args: &TrainArgs) -> CmdResult {
             &items,
             &[],
             10,
-            failover::evidence::DEFAULT_MIN_CONFIDENCE,
+            failover::evidence::Confidence::Costs,
             options,
         )
         .map_err(|e| UsageError(e.to_string()))?;
@@ -134,18 +134,7 @@ fn train(args: &TrainArgs) -> CmdResult {
             "{}",
             learn::render(&e, 0, "listed by `failover test --field-report`")
         );
-        println!(
-            "\nminConfidence   exact  decision  unsafe stops  (rules + model, cross-validated)"
-        );
-        for (t, row) in &e.thresholds {
-            println!(
-                "  {t:>4.2}        {:>5.1}%  {:>6.1}%  {:>5.1}% ({})",
-                row.exact_pct(),
-                row.decision_pct(),
-                row.unsafe_pct(),
-                row.unsafe_stops
-            );
-        }
+        print!("{}", learn::render_thresholds(&e));
     }
     Ok(0)
 }
@@ -160,7 +149,7 @@ fn info(args: &InfoArgs) -> CmdResult {
                 "file": display_name(&args.file),
                 "format": failover::evidence::FORMAT_VERSION,
                 "reasons": model.reasons(),
-                "trained": {"items": t.items, "lambda": t.lambda, "iterations": t.iterations},
+                "trained": {"items": t.items, "lambda": t.lambda, "iterations": t.iterations, "temperature": t.temperature},
             })
         );
         return Ok(0);
@@ -174,6 +163,10 @@ fn info(args: &InfoArgs) -> CmdResult {
     println!(
         "  trained on  {} labelled errors, lambda {}, {} iterations",
         t.items, t.lambda, t.iterations
+    );
+    println!(
+        "  calibrated  temperature {} (fitted on cross-validation folds grouped by source; 1: uncalibrated)",
+        t.temperature
     );
     Ok(0)
 }

@@ -261,7 +261,7 @@ fn evaluate(
     args: &TestArgs,
     rules_only: &failover::Engine,
     field_files: &[FieldFile],
-    threshold: f32,
+    threshold: failover::evidence::Confidence,
 ) -> Result<learn::Evaluation, super::Stop> {
     let cases: Vec<CaseFile> = match case_files(&args.rules, true)? {
         Ok(files) => files.into_iter().map(|l| l.file).collect(),
@@ -279,7 +279,7 @@ fn evaluate(
     let items = learn::labelled(field_files, &cases);
     let held = learn::labelled(&holdout, &[]);
     if std::io::stderr().is_terminal() {
-        eprintln!("cross-validating the evidence model (10 folds) …");
+        eprintln!("cross-validating the evidence model (10 folds by source, 10 item by item) …");
     }
     learn::evaluate(
         rules_only,

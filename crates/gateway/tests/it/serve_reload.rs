@@ -175,19 +175,26 @@ fn classify_block_chooses_the_model_and_refuses_a_bad_file() {
     let gw = open("", flags()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         threshold(&gw),
-        Some(failover::evidence::DEFAULT_MIN_CONFIDENCE),
-        "the embedded model by default"
+        Some(failover::evidence::Confidence::Costs),
+        "the embedded model by default, at the thresholds the costs give"
     );
     let gw = open("classify: {model: off}", flags()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(threshold(&gw), None);
     let gw = open("classify: {minConfidence: 0.7}", flags()).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(threshold(&gw), Some(0.7));
+    assert_eq!(
+        threshold(&gw),
+        Some(failover::evidence::Confidence::Min(0.7))
+    );
     let over = failover_gateway::ModelFlags {
         min_confidence: Some(0.8),
         ..flags()
     };
     let gw = open("classify: {minConfidence: 0.7}", over).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(threshold(&gw), Some(0.8), "the command line wins");
+    assert_eq!(
+        threshold(&gw),
+        Some(failover::evidence::Confidence::Min(0.8)),
+        "the command line wins"
+    );
     let off = failover_gateway::ModelFlags {
         no_model: true,
         ..flags()

@@ -66,12 +66,14 @@ pub struct Behaviour {
     pub span: Span,
 }
 
-/// `rule ID when CONDITION => REASON`
+/// `[weak] rule ID when CONDITION => REASON`
 #[derive(Clone, Debug, PartialEq)]
 pub struct RuleDecl {
     /// The rule's id, as written (inside a provider block, without the
     /// block's prefix).
     pub id: Spanned<String>,
+    /// Written `weak rule …`: a default the evidence model may overrule.
+    pub weak: bool,
     /// What must hold.
     pub condition: Condition,
     /// The reason it gives.

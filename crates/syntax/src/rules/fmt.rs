@@ -584,14 +584,18 @@ impl<'i> Printer<'_, 'i> {
 
     fn rule(&mut self, pair: P<'i>, indent: usize) {
         let kids: Vec<P> = pair.into_inner().collect();
-        // kw_rule rule_id kw_when condition arrow ident
+        // [kw_weak] kw_rule rule_id kw_when condition arrow ident
+        let weak = usize::from(kids[0].as_rule() == Rule::kw_weak);
         self.first(indent);
+        if weak == 1 {
+            self.emit(false);
+        }
         self.emit(false);
         self.line(indent + 2);
         self.emit(false);
         let c = indent + 7;
         self.indent = c;
-        self.condition(kids[3].clone(), c, 0);
+        self.condition(kids[3 + weak].clone(), c, 0);
         self.line(indent + 2);
         self.emit(false);
         self.emit(false);
@@ -769,6 +773,17 @@ mod tests {
             fmt("rule a.b   when status==429=>rate_limit"),
             "rule a.b\n  when status == 429\n  => rate_limit\n"
         );
+    }
+
+    // docs/rules.md "Weak rules": the modifier leads the rule's first line.
+    #[test]
+    fn a_weak_rule_keeps_its_modifier_on_the_first_line() {
+        let out = fmt("weak   rule a.b when message has \"x\"\n and status == 400 => r");
+        assert_eq!(
+            out,
+            "weak rule a.b\n  when message has \"x\"\n   and status == 400\n  => r\n"
+        );
+        assert_eq!(fmt(&out), out);
     }
 
     #[test]

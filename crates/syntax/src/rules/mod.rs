@@ -162,6 +162,8 @@ fn expected_words(rule: Rule) -> &'static str {
         Rule::kw_and => "`and`",
         Rule::kw_or => "`or`",
         Rule::kw_not => "`not`",
+        // `weak` only ever starts a rule: "expected `rule`" says it all.
+        Rule::kw_weak => "`rule`",
         Rule::file | Rule::declaration | Rule::reason_decl | Rule::rule_decl | Rule::provider_block | Rule::selection_decl => {
             "a declaration (`reason`, `rule`, `provider` or `selection`)"
         }
@@ -401,6 +403,7 @@ impl Lower<'_> {
                     | Rule::semicolon
                     | Rule::kw_reason
                     | Rule::kw_rule
+                    | Rule::kw_weak
                     | Rule::kw_when
                     | Rule::kw_provider
                     | Rule::kw_selection
@@ -444,12 +447,18 @@ impl Lower<'_> {
 
     fn rule(&mut self, pair: P) -> Option<RuleDecl> {
         let span = self.span(&pair);
+        let weak = pair
+            .clone()
+            .into_inner()
+            .next()
+            .is_some_and(|p| p.as_rule() == Rule::kw_weak);
         let mut it = self.children(pair);
         let id = self.spanned_str(&it.next().expect("rule id"));
         let condition = self.condition(it.next().expect("rule condition"));
         let reason = self.spanned_str(&it.next().expect("rule reason"));
         Some(RuleDecl {
             id,
+            weak,
             condition: condition?,
             reason,
             span,
@@ -820,6 +829,40 @@ mod tests {
         let (sources, _, diags) = parse_str("t.rules", text);
         let d = diags.into_iter().next().expect("a diagnostic");
         (sources, d)
+    }
+
+    // Issue 46: `weak rule …` marks a default the model may overrule;
+    // inside a provider block too; `weak` alone is not a declaration.
+    #[test]
+    fn weak_marks_a_rule_and_nothing_else() {
+        let ast = parse_ok(
+            "weak rule a.b when message has \"x\" => r\nrule a.c when status == 1 => r\n\
+             provider p { weak rule d when message has \"y\" => r }\n",
+        );
+        let weak: Vec<(String, bool)> = ast
+            .decls
+            .iter()
+            .flat_map(|d| match d {
+                Decl::Rule(r) => vec![(r.id.node.clone(), r.weak)],
+                Decl::Provider(b) => b
+                    .rules
+                    .iter()
+                    .map(|r| (r.id.node.clone(), r.weak))
+                    .collect(),
+                _ => vec![],
+            })
+            .collect();
+        assert_eq!(
+            weak,
+            [
+                ("a.b".into(), true),
+                ("a.c".into(), false),
+                ("d".into(), true)
+            ]
+        );
+        let (sources, d) = first_error("weak reason r { stop }\n");
+        let text = crate::diag::render_all(std::slice::from_ref(&d), &sources);
+        assert!(text.contains("`rule`"), "{text}");
     }
 
     // Issue 35: an unterminated regex is named as such, at its `/`.
