@@ -60,6 +60,8 @@ pub struct Consequence {
     pub disables: bool,
     /// `cooldown`: the profile rests for minutes.
     pub cools: bool,
+    /// `advance model` or `skip provider`: the run leaves the provider.
+    pub advances: bool,
 }
 
 impl From<&ReasonBehaviour> for Consequence {
@@ -68,6 +70,7 @@ impl From<&ReasonBehaviour> for Consequence {
             stops: !b.failover,
             disables: b.disable.is_some(),
             cools: b.cooldown,
+            advances: b.advance_model || b.skip_provider,
         }
     }
 }
@@ -103,6 +106,12 @@ pub fn threshold(all: &[Consequence], r: usize, v: usize) -> f32 {
     if r == v {
         return FLOOR;
     }
+    if all[r] == all[v] {
+        // Nothing the run does would change, only the label (and the
+        // reason's name may carry meaning no clause shows: R16.8 surfaces
+        // an `unclassified` error as it is): not worth a guess.
+        return 1.0;
+    }
     let c = |truth: usize, verdict: usize| {
         if truth == verdict {
             0.0
@@ -130,6 +139,7 @@ mod tests {
         stops: false,
         disables: false,
         cools: false,
+        advances: false,
     };
     const COOLS: Consequence = Consequence {
         cools: true,
@@ -185,5 +195,7 @@ mod tests {
                 assert!((FLOOR..1.0).contains(&t), "{r} over {v}: {t}");
             }
         }
+        // Two reasons that do the same to a run: the model never relabels.
+        assert_eq!(threshold(&[FAILS_OVER, FAILS_OVER], 0, 1), 1.0);
     }
 }

@@ -42,6 +42,10 @@ pub(super) struct TrainArgs {
     /// is smoother).
     #[arg(long, value_name = "LAMBDA", default_value_t = Options::default().lambda)]
     pub lambda: f64,
+    /// How much rare reasons are weighed up in training: 0 not at all, 1
+    /// as much as the common ones in total.
+    #[arg(long, value_name = "B", default_value_t = Options::default().balance)]
+    pub balance: f64,
     /// At most this many optimiser iterations.
     #[arg(long, value_name = "N", default_value_t = Options::default().max_iterations)]
     pub iterations: u32,
@@ -99,8 +103,16 @@ fn train(args: &TrainArgs) -> CmdResult {
             UsageError(format!("`--lambda` must be 0 or more, not {}", args.lambda)).into(),
         );
     }
+    if !(0.0..=1.0).contains(&args.balance) {
+        return Err(UsageError(format!(
+            "`--balance` must be between 0 and 1, not {}",
+            args.balance
+        ))
+        .into());
+    }
     let options = Options {
         lambda: args.lambda,
+        balance: args.balance,
         max_iterations: args.iterations,
         ..Options::default()
     };

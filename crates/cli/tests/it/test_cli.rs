@@ -261,7 +261,8 @@ fn test_json_has_a_stable_schema() {
             );
         }
     }
-    assert_eq!(model["thresholds"].as_array().unwrap().len(), 9);
+    // The costs' thresholds, then each single one of the sweep.
+    assert_eq!(model["thresholds"].as_array().unwrap().len(), 10);
     assert!(doc["failures"].as_array().unwrap().is_empty());
 }
 

@@ -781,7 +781,7 @@ mod tests {
         let out = fmt("weak   rule a.b when message has \"x\"\n and status == 400 => r");
         assert_eq!(
             out,
-            "weak rule a.b\n  when message has \"x\"\n   and status == 400\n  => r\n"
+            "weak rule a.b\n  when message has \"x\" and status == 400\n  => r\n"
         );
         assert_eq!(fmt(&out), out);
     }

@@ -200,7 +200,7 @@ fn help_for(expected: &[Rule]) -> Option<&'static str> {
         Some("a predicate reads `FIELD OPERATOR VALUE`, e.g. `status == 429` or `message has \"quota\"`")
     } else if has(Rule::operand) {
         Some("strings are double-quoted, regexes are written `/…/`, lists `[…]`")
-    } else if has(Rule::kw_reason) || has(Rule::kw_rule) {
+    } else if has(Rule::kw_reason) || has(Rule::kw_rule) || has(Rule::rule_decl) {
         Some("a rules file holds `reason`, `rule`, `provider { … }` and `selection` declarations")
     } else if has(Rule::selection_target) {
         Some("a selection reads `selection SOURCE => strict` or `selection SOURCE => fallbacks LIST [else …]`")
@@ -325,7 +325,12 @@ fn syntax_error(sources: &SourceMap, file: FileId, err: &pest::error::Error<Rule
                 .iter()
                 .filter(|r| !matches!(r, Rule::WHITESPACE | Rule::COMMENT))
             {
-                let w = expected_words(*r);
+                // A rule may start with `weak` (optional), which pest
+                // reports as the whole rule: it still reads `rule`.
+                let w = match r {
+                    Rule::rule_decl => "`rule`",
+                    _ => expected_words(*r),
+                };
                 if !words.contains(&w) {
                     words.push(w);
                 }
