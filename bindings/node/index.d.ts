@@ -71,7 +71,7 @@ export interface Verdict {
   reason: FailoverReason | 'unclassified';
   /** The deciding rule's id; null when no rule decided. */
   rule: string | null;
-  decided_by: 'rule' | 'model' | 'status rule' | 'none';
+  decided_by: 'rule' | 'weak rule' | 'model' | 'status rule' | 'none';
   /** Whether the reason continues the fallback. */
   failover: boolean;
   /** The evidence model's probability, when the model decided (three decimals, as the output line). */
@@ -106,7 +106,7 @@ export interface EngineOptions {
   defaults?: boolean;
   /** `"embedded"` (the default), a model file from `failover model train`, or null for the rules alone. */
   model?: string | null;
-  /** The probability the model needs to decide (0–1, default 0.9). */
+  /** One probability (0–1) the model's top reason needs to decide, for every reason; default: per-reason thresholds from the cost of each mistake, as `failover classify`. */
   minConfidence?: number;
 }
 

@@ -35,7 +35,7 @@ class Verdict:
     """``rate_limit``, ``billing``, ``auth``, …; ``unclassified`` when nothing decided."""
     rule: Optional[str]
     """The deciding rule's id; None when no rule decided."""
-    decided_by: Literal["rule", "model", "status rule", "none"]
+    decided_by: Literal["rule", "weak rule", "model", "status rule", "none"]
     failover: bool
     """Whether the reason continues the fallback to the next model."""
     probability: Optional[float]
@@ -75,7 +75,9 @@ class Engine:
         those out). ``sources``: rules files held in memory, as ``(name,
         text)`` pairs. ``model``: ``"embedded"`` (the default), a model file
         from ``failover model train``, or None for the rules alone.
-        ``min_confidence``: the probability the model needs to decide (0.9).
+        ``min_confidence``: one probability the model's top reason needs to
+        decide, for every reason (None: per-reason thresholds from the cost of
+        each mistake, as ``failover classify`` without ``--min-confidence``).
 
         Raises RulesError (with every diagnostic) and ModelError."""
 

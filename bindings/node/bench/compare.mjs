@@ -1,10 +1,13 @@
 // The original's classifier and this package side by side, in one process,
 // on the same inputs: calls/s of each and how often their reasons agree.
 //
-// usage: NODE=…/node24 $NODE --import REF/stub-hooks.mjs compare.mjs REF FILE.jsonl [--passes 5]
-//   REF: a folder where `npm install openclaw@2026.9.6` ran (see
-//        /work/shared/reference-bench/README.md; the package wants Node >= 24.16)
-//   FILE.jsonl: one {"provider","status","message"} per line (make_workloads.py's ref100k.jsonl)
+// usage: node [--import HOOKS.mjs] compare.mjs REF FILE.jsonl [--passes 5]
+//   node: 24.16 or newer (the original's package wants it)
+//   REF: a scratch folder where `npm install openclaw@2026.9.6 --ignore-scripts` ran
+//   FILE.jsonl: one {"provider","status","message"} per line
+//   HOOKS.mjs: optionally, a module hook that answers the original's
+//        provider-plugin hook with "no plugin loaded" (the verdicts are the
+//        same; it saves a second of imports)
 // Not run in CI: it needs the published package from npm.
 import { readFileSync, readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';

@@ -39,7 +39,7 @@ pub struct Verdict {
     pub reason: String,
     /// The deciding rule's id; null when no rule decided.
     pub rule: Option<String>,
-    /// `rule`, `model`, `status rule` or `none`.
+    /// `rule`, `weak rule`, `model`, `status rule` or `none`.
     #[napi(js_name = "decided_by")]
     pub decided_by: String,
     /// Whether the reason continues the fallback.
@@ -283,12 +283,16 @@ pub struct Engine {
 impl Engine {
     /// `new Engine({rules: [dir, …], sources: [[name, text], …], defaults:
     /// true, model: "embedded" | path | null, minConfidence: 0.9})`; every
-    /// option is optional.
+    /// option is optional. Without `minConfidence`, the model decides at
+    /// per-reason thresholds from the cost of each mistake (as `failover
+    /// classify` does).
     #[napi(constructor, catch_unwind)]
     pub fn new(options: Option<Object<'_>>) -> Result<Self> {
         let mut builder = Rules::new();
         let mut model = Some("embedded".to_string());
-        let mut threshold = failover::evidence::DEFAULT_MIN_CONFIDENCE;
+        // None: the per-reason thresholds from the cost of each mistake,
+        // as `failover classify` without `--min-confidence`.
+        let mut min_confidence: Option<f32> = None;
         if let Some(o) = &options {
             for dir in o.get::<Vec<String>>("rules")?.unwrap_or_default() {
                 builder = builder.dir(PathBuf::from(dir));
@@ -310,7 +314,7 @@ impl Engine {
                         "`minConfidence` must be a probability between 0 and 1, not {p}"
                     )));
                 }
-                threshold = p as f32;
+                min_confidence = Some(p as f32);
             }
         }
         let engine = builder
@@ -318,11 +322,11 @@ impl Engine {
             .map_err(|e| Error::new(Status::GenericFailure, rules_message(&e)))?;
         let inner = match model.as_deref() {
             None => engine,
-            Some("embedded") => engine.with_model(failover::evidence::builtin(), threshold),
+            Some("embedded") => engine.with_model(failover::evidence::builtin(), min_confidence),
             Some(path) => {
                 let m = failover::evidence::read_file(std::path::Path::new(path))
                     .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
-                engine.with_model(Arc::new(m), threshold)
+                engine.with_model(Arc::new(m), min_confidence)
             }
         };
         Ok(Engine { inner })

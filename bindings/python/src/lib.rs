@@ -53,7 +53,9 @@ const ROWS_PER_THREAD: usize = 4096;
 /// (`defaults=False` leaves those out); `sources` are rules files held in
 /// memory, as `(name, text)` pairs; `model` is `"embedded"`, a model file
 /// from `failover model train`, or None for the rules alone;
-/// `min_confidence` is the probability the model needs to decide (0.9).
+/// `min_confidence` is one probability the model's top reason needs to
+/// decide, for every reason (None: per-reason thresholds from the cost of
+/// each mistake, as `failover classify` without `--min-confidence`).
 /// Raises `RulesError` (with every diagnostic) and `ModelError`.
 #[pyclass(name = "Engine", module = "failover", frozen)]
 struct PyEngine {
@@ -113,27 +115,29 @@ impl PyEngine {
         if !defaults {
             builder = builder.without_defaults();
         }
-        let threshold = match min_confidence {
-            None => failover::evidence::DEFAULT_MIN_CONFIDENCE,
-            Some(p) if (0.0..=1.0).contains(&p) => p as f32,
+        // None: the per-reason thresholds from the cost of each mistake,
+        // as `failover classify` without `--min-confidence`.
+        let confidence = failover::evidence::Confidence::from(match min_confidence {
+            None => None,
+            Some(p) if (0.0..=1.0).contains(&p) => Some(p as f32),
             Some(p) => {
                 return Err(PyValueError::new_err(format!(
                     "`min_confidence` must be a probability between 0 and 1, not {p}"
                 )))
             }
-        };
+        });
         let engine = py
             .detach(|| builder.build())
             .map_err(|e| rules_error(py, e))?;
         let engine = match model {
             None => engine,
             Some(ModelChoice::Embedded) => {
-                engine.with_model(failover::evidence::builtin(), threshold)
+                engine.with_model(failover::evidence::builtin(), confidence)
             }
             Some(ModelChoice::File(path)) => {
                 let m = failover::evidence::read_file(&path)
                     .map_err(|e| ModelError::new_err(e.to_string()))?;
-                engine.with_model(std::sync::Arc::new(m), threshold)
+                engine.with_model(std::sync::Arc::new(m), confidence)
             }
         };
         Ok(PyEngine { engine })
@@ -347,7 +351,7 @@ struct Verdict {
     reason: String,
     /// The deciding rule's id, or None when no rule decided.
     rule: Option<String>,
-    /// `rule`, `model`, `status rule` or `none`.
+    /// `rule`, `weak rule`, `model`, `status rule` or `none`.
     decided_by: &'static str,
     /// Whether the reason continues the fallback.
     failover: bool,
@@ -503,6 +507,18 @@ fn is_missing(v: &Bound<'_, PyAny>) -> bool {
     !v.is_instance_of::<PyString>() && type_name(v) == "NAType"
 }
 
+/// A str's text; one that is not valid Unicode (a lone surrogate) is a
+/// ValueError naming where it is.
+fn utf8(s: &Bound<'_, PyString>, name: &str, index: Option<usize>) -> PyResult<String> {
+    match s.to_cow() {
+        Ok(t) => Ok(t.into_owned()),
+        Err(e) => Err(PyValueError::new_err(format!(
+            "{} is not valid text: {e}",
+            place(name, index)
+        ))),
+    }
+}
+
 fn text_of(
     v: Option<&Bound<'_, PyAny>>,
     name: &str,
@@ -510,7 +526,7 @@ fn text_of(
 ) -> PyResult<Option<String>> {
     let Some(v) = v else { return Ok(None) };
     if let Ok(s) = v.cast::<PyString>() {
-        return Ok(Some(s.to_cow()?.into_owned()));
+        return utf8(s, name, index).map(Some);
     }
     if is_missing(v) {
         return Ok(None);
@@ -562,7 +578,7 @@ fn status_of(v: Option<&Bound<'_, PyAny>>, index: Option<usize>) -> PyResult<Opt
 fn body_of(v: Option<&Bound<'_, PyAny>>, index: Option<usize>) -> PyResult<Option<String>> {
     let Some(v) = v else { return Ok(None) };
     if let Ok(s) = v.cast::<PyString>() {
-        return Ok(Some(s.to_cow()?.into_owned()));
+        return utf8(s, "body", index).map(Some);
     }
     if is_missing(v) {
         return Ok(None);

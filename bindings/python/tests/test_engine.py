@@ -10,6 +10,12 @@ import failover
 from conftest import ROOT, corpus_lines, run_cli
 
 OUT = ("reason", "rule", "decided_by", "failover", "probability", "status")
+IN = ("message", "provider", "model", "status", "code", "type", "body")
+
+
+def columns(lines):
+    """Input lines (dicts) as classify_many's columns."""
+    return {k: [l.get(k) for l in lines] for k in IN}
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +53,24 @@ def test_a_verdict_is_the_command_lines_line(engine, cli):
         assert {k: getattr(v, k) for k in parsed} == parsed, case
 
 
-def test_the_model_decides_only_when_asked(engine):
-    # Only a status rule matches: the embedded model, confident, decides.
-    v = engine.classify(message="something went sideways", status=500)
-    assert (v.decided_by, v.rule) == ("model", None)
-    assert 0.9 <= v.probability <= 1 and round(v.probability, 3) == v.probability
-    rules_only = failover.Engine(model=None).classify(message="something went sideways", status=500)
-    assert (rules_only.decided_by, rules_only.rule) == ("status rule", "timeout.status_5xx")
-    assert rules_only.probability is None
-    unsure = failover.Engine(min_confidence=1.0).classify(message="something went sideways", status=500)
-    assert unsure == rules_only
+def test_the_model_decides_only_when_asked(engine, field_files):
+    # Where no text rule decides, the embedded model may (at the costs'
+    # thresholds, as the CLI): never with model=None, and only at or above
+    # one threshold given as min_confidence.
+    cols = columns(corpus_lines(field_files))
+    by_model = engine.classify_many(**cols)
+    rows = [i for i, d in enumerate(by_model["decided_by"]) if d == "model"]
+    assert len(rows) >= 10, rows
+    assert all(by_model["rule"][i] is None and 0 < by_model["probability"][i] <= 1 for i in rows)
+    rules_only = failover.Engine(model=None).classify_many(**cols)
+    assert {rules_only["decided_by"][i] for i in rows} <= {"weak rule", "status rule", "none"}
+    assert set(rules_only["probability"]) == {None}
+    certain = failover.Engine(min_confidence=1.0).classify_many(**cols)
+    below_one = [i for i in rows if by_model["probability"][i] < 1]
+    assert below_one
+    assert [certain["rule"][i] for i in below_one] == [rules_only["rule"][i] for i in below_one]
+    anything = failover.Engine(min_confidence=0.0).classify_many(**cols)
+    assert anything["decided_by"].count("model") >= len(rows)
 
 
 def test_a_body_may_be_text_or_parsed_json(engine):
@@ -189,6 +203,8 @@ def test_classify_many_reports_the_bad_row(engine):
         engine.classify_many(object())
     with pytest.raises(TypeError, match="`message` must be a str or None, not bytes"):
         engine.classify_many(b"Rate limit reached")
+    with pytest.raises(ValueError, match="row 1: `message` is not valid text"):
+        engine.classify_many(["a", "\ud800 rate limit"])
 
 
 def test_classify_many_on_threads_gives_the_same_verdicts(engine, field_files):
