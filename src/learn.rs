@@ -882,7 +882,11 @@ mod tests {
             let first = *fold_of_source.entry(source_key(l)).or_insert(f);
             assert_eq!(first, f, "{} split between folds", source_key(l));
         }
-        assert_eq!(fold_of_source.len(), 7, "the #fragment is not a source of its own");
+        assert_eq!(
+            fold_of_source.len(),
+            7,
+            "the #fragment is not a source of its own"
+        );
         let mut sizes = vec![0; folds];
         by_source.iter().for_each(|&f| sizes[f] += 1);
         assert!(sizes.iter().all(|&n| (8..=12).contains(&n)), "{sizes:?}");

@@ -213,7 +213,8 @@ fn the_temperature_tempers_an_overconfident_model_and_sharpens_a_modest_one() {
     assert!((modest - 0.5).abs() < 0.01, "{modest}");
     assert_eq!(train::fit_temperature(&[]), 1.0);
     // Several defensible labels: the likelihood of any of them.
-    let either: Vec<(Vec<f32>, Vec<usize>)> = (0..10).map(|_| (vec![0.0, 0.0], vec![0, 1])).collect();
+    let either: Vec<(Vec<f32>, Vec<usize>)> =
+        (0..10).map(|_| (vec![0.0, 0.0], vec![0, 1])).collect();
     assert!(train::fit_temperature(&either) > 0.0);
 
     let m = toy();
