@@ -136,6 +136,18 @@ impl Build {
         })
     }
 
+    /// The ids of the `weak` text rules (docs/model.md, "Weak rules"), in
+    /// rule order.
+    pub fn weak_rules(&self) -> Vec<&str> {
+        self.ruleset.as_ref().map_or_else(Vec::new, |rs| {
+            rs.rules
+                .iter()
+                .filter(|r| r.weak && r.cond.tests_text())
+                .map(|r| r.id.as_str())
+                .collect()
+        })
+    }
+
     /// How each rule is reached and each regex decided (`failover check
     /// --plan`), when the rules compiled.
     pub fn render_plan(&self) -> Option<String> {

@@ -10,10 +10,12 @@
 //!
 //! Where it decides (the precedence, [`crate::Engine`] and
 //! `docs/model.md`): a rule that tests the text (message, body, code or
-//! type) decides as written. Where the verdict would come from a rule
-//! that tests only the status and/or the provider, or from no rule, the
-//! model decides when its top reason's probability is at least
-//! `minConfidence`; below it, the status rule (or `unclassified`) stands.
+//! type) decides as written, unless written `weak`. Where the verdict
+//! would come from a weak rule, a rule that tests only the status and/or
+//! the provider, or no rule, the model decides when its top reason
+//! differs and its calibrated probability reaches the threshold the costs
+//! give ([`cost`]) or one `minConfidence`; below it, the rule (or
+//! `unclassified`) stands.
 //!
 //! Inference reads the error once and sums weight rows: no allocation
 //! (the sums live on the stack), about a microsecond for a short message

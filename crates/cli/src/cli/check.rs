@@ -135,6 +135,10 @@ fn precedence(build: &failover::rules::Build, rules: &RulesArgs) -> Result<Strin
         build.rule_count() - status.len(),
         build.rule_count()
     );
+    let weak = match build.weak_rules() {
+        w if w.is_empty() => "none".to_string(),
+        w => w.join(", "),
+    };
     match rules.model()? {
         Some((model, threshold)) => {
             let what = match &rules.model {
@@ -143,9 +147,14 @@ fn precedence(build: &failover::rules::Build, rules: &RulesArgs) -> Result<Strin
             };
             let _ = writeln!(
                 out,
-                "  2. otherwise {what} ({} reasons, trained on {} labelled errors) decides when its top reason has p >= {threshold:.2}",
+                "  2. otherwise (or where a weak rule holds: {weak}) {what} ({} reasons, trained on {} labelled errors) decides when its top reason differs and its probability reaches {}",
                 model.reasons().len(),
-                model.trained().items
+                model.trained().items,
+                match threshold {
+                    failover::evidence::Confidence::Min(t) => format!("minConfidence {t:.2}"),
+                    failover::evidence::Confidence::Costs =>
+                        "its threshold over that verdict (from the cost of each mistake, docs/model.md)".into(),
+                }
             );
         }
         None => {

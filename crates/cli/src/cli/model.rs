@@ -50,7 +50,7 @@ pub(super) struct TrainArgs {
     #[arg(long, value_name = "N", default_value_t = Options::default().max_iterations)]
     pub iterations: u32,
     /// Also cross-validate (10 folds) on the field corpora and print the
-    /// agreement per `minConfidence` threshold.
+    /// agreement under the costs' thresholds and per single `minConfidence`.
     #[arg(long)]
     pub cv: bool,
 }
