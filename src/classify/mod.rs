@@ -1581,6 +1581,39 @@ mod tests {
         assert!(eager.without_model().model().is_none());
     }
 
+    /// The engine's table of thresholds is the costs' formula for every
+    /// (model reason, verdict) pair of the embedded rules and model.
+    #[test]
+    fn the_threshold_table_is_the_costs_formula() {
+        let e = Engine::builtin();
+        let slot = e.model.as_ref().unwrap();
+        let n = e.ruleset.reasons.len();
+        let mut checked = 0;
+        for (m, name) in slot.model.reasons().iter().enumerate() {
+            for (v, def) in e.ruleset.reasons.iter().enumerate() {
+                let want = e
+                    .threshold(name, &def.name, Confidence::Costs)
+                    .unwrap_or(1.0);
+                assert_eq!(
+                    slot.threshold(m, ReasonId(v as _), n),
+                    want,
+                    "{name} over {}",
+                    def.name
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 100, "{checked}");
+        assert_eq!(
+            e.threshold("billing", "rate_limit", Confidence::Min(0.3)),
+            Some(0.3)
+        );
+        assert_eq!(
+            e.threshold("unclassified", "rate_limit", Confidence::Costs),
+            None
+        );
+    }
+
     /// A toy model over `engine`'s reasons, trained on `(message, reason)`
     /// pairs as the engine reads them.
     fn toy_model(engine: &Engine, items: &[(&str, &str)]) -> Arc<Model> {
@@ -1610,15 +1643,29 @@ mod tests {
     fn a_confident_model_overrules_weak_rules_never_text_rules() {
         let rules = "reason rate_limit { failover; cooldown }\n\
                      reason format { stop }\n\
+                     rule a.decoy when message has \"never-said\" => format\n\
                      weak rule w.weak when message has \"weakword\" => format\n\
-                     rule w.strong when message has \"strongword\" => format\n";
+                     rule w.strong when message has \"strongword\" => format\n\
+                     weak rule w.weak2 when message has \"weaktwo\" => rate_limit\n";
         let plain = engine(rules);
         let mut items = Vec::new();
         for _ in 0..5 {
             items.push(("weakword slow down please", "rate_limit"));
             items.push(("strongword slow down please", "rate_limit"));
             items.push(("your payload is broken", "format"));
+            items.push(("weaktwo: your payload is broken", "format"));
         }
+        let index = |id: &str| {
+            plain
+                .ruleset()
+                .rules
+                .iter()
+                .position(|r| r.id == id)
+                .unwrap() as RuleIdx
+        };
+        assert!(plain.is_text_rule(index("w.strong")));
+        assert!(!plain.is_text_rule(index("w.weak")));
+        assert_eq!(plain.decider_of(index("w.weak")), Decider::WeakRule);
         let e = engine(rules).with_model(toy_model(&plain, &items), Confidence::Costs);
         let weak = ProviderError::message("weakword slow down please");
         assert_eq!(plain.classify(&weak).decided_by, Decider::WeakRule);
@@ -1653,6 +1700,31 @@ mod tests {
         if c.model_reason == Some("format") {
             assert_eq!((c.decided_by, c.rule), (Decider::WeakRule, Some("w.weak")));
         }
+        // A stop over a weak rule's cooldown needs more (0.77): the
+        // explanation names the threshold of the verdict it overruled.
+        let two = ProviderError::message("weaktwo: your payload is broken");
+        let c = e.classify(&two);
+        assert_eq!(
+            (c.reason, c.decided_by, c.overruled),
+            ("format", Decider::Model, Some("w.weak2"))
+        );
+        let (_, ex) = e.explain(&two);
+        let want = e
+            .threshold("format", "rate_limit", Confidence::Costs)
+            .unwrap();
+        assert!(want > 0.7, "{want}");
+        assert_eq!(ex.model.unwrap().threshold, want);
+        // Where no rule matched, the threshold over `unclassified`.
+        let (c, ex) = e.explain(&ProviderError::message("your payload is broken"));
+        assert_eq!(
+            (c.reason, c.decided_by, c.overruled),
+            ("format", Decider::Model, None)
+        );
+        assert_eq!(
+            ex.model.unwrap().threshold,
+            e.threshold("format", "unclassified", Confidence::Costs)
+                .unwrap()
+        );
         // The single threshold overrides the costs: at 1.0 nothing moves.
         let strict = engine(rules).with_model(toy_model(&plain, &items), 1.0);
         assert_eq!(strict.classify(&weak).decided_by, Decider::WeakRule);
