@@ -338,12 +338,7 @@ impl Engine {
             .map(|r| self.model_reason(r))
             .collect();
         let n = self.ruleset.reasons.len();
-        let all: Vec<Consequence> = self
-            .ruleset
-            .reasons
-            .iter()
-            .map(|d| Consequence::from(&d.behaviour))
-            .collect();
+        let all = self.consequences();
         let mut thresholds = vec![1.0; reasons.len() * n];
         for (m, id) in reasons.iter().enumerate() {
             for v in 0..n {
@@ -371,16 +366,17 @@ impl Engine {
         let v = self.ruleset.reason_id(verdict)?;
         Some(match confidence {
             Confidence::Min(t) => t,
-            Confidence::Costs => {
-                let all: Vec<Consequence> = self
-                    .ruleset
-                    .reasons
-                    .iter()
-                    .map(|d| Consequence::from(&d.behaviour))
-                    .collect();
-                cost::threshold(&all, r.0 as usize, v.0 as usize)
-            }
+            Confidence::Costs => cost::threshold(&self.consequences(), r.0 as usize, v.0 as usize),
         })
+    }
+
+    /// What each declared reason does to a run, as the costs price it.
+    fn consequences(&self) -> Vec<Consequence> {
+        self.ruleset
+            .reasons
+            .iter()
+            .map(|d| Consequence::from(&d.behaviour))
+            .collect()
     }
 
     /// The reason a model's `reason` is in the rules, if the model may give
@@ -1697,9 +1693,9 @@ mod tests {
 
         // Where the model agrees with the weak rule, the rule stands.
         let c = e.classify(&ProviderError::message("weakword: your payload is broken"));
-        if c.model_reason == Some("format") {
-            assert_eq!((c.decided_by, c.rule), (Decider::WeakRule, Some("w.weak")));
-        }
+        assert_eq!(c.model_reason, Some("format"));
+        assert_eq!((c.decided_by, c.rule), (Decider::WeakRule, Some("w.weak")));
+        assert!(c.probability.is_some());
         // A stop over a weak rule's cooldown needs more (0.77): the
         // explanation names the threshold of the verdict it overruled.
         let two = ProviderError::message("weaktwo: your payload is broken");
