@@ -38,6 +38,9 @@ pub const MAX_TEXT_BYTES: usize = 2048;
 pub const STATUS_WEIGHT: f32 = 2.0;
 /// Longer words (ids, base64) are read as their first 32 characters.
 pub const MAX_WORD_CHARS: usize = 32;
+/// Field weights are whole multiples of `1 / FIELD_STEPS`
+/// ([`Kind::field_weight_steps`]).
+pub(crate) const FIELD_STEPS: i32 = 2;
 
 /// The kinds of feature, as the byte that starts their hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +90,13 @@ impl Kind {
             Kind::Status => STATUS_WEIGHT,
             _ => 1.0,
         }
+    }
+
+    /// [`Kind::field_weight`] in steps of `1 / FIELD_STEPS`: the integer
+    /// the model's exact sums multiply a field's row by.
+    #[inline]
+    pub(crate) fn field_weight_steps(self) -> i32 {
+        (self.field_weight() * FIELD_STEPS as f32) as i32
     }
 }
 

@@ -18,8 +18,10 @@
 //! `unclassified`) stands.
 //!
 //! Inference reads the error once and sums weight rows: no allocation
-//! (the sums live on the stack), about a microsecond for a short message
-//! (benches/classify.rs, "model").
+//! (the sums live on the stack). The weights are `i8`, one scale per
+//! reason (format 3): the table of 2^16 rows × 16 reasons is 1 MiB, which
+//! the L2 cache holds, where the `f32` table of earlier formats (4 MiB)
+//! made every feature a cache miss (issue 47; benches/README.md).
 //!
 //! # The file
 //!
@@ -29,11 +31,16 @@
 //! "FOVMODEL"  u32 format version  u8 bucket bits
 //! u8 reasons  { u8 length, UTF-8 name }…
 //! u32 items   f32 lambda   u32 iterations        (how it was trained)
-//! f32 temperature                                 (version 2: the calibration)
+//! f32 temperature                                 (version ≥ 2: the calibration)
 //! f32 × reasons                                   (the biases)
-//! u32 rows    { u32 bucket, f32 × reasons }…      (the non-zero rows, ascending)
+//! f32 × reasons                                   (version 3: the weights' scales)
+//! u32 rows    { u32 bucket, i8 × reasons }…       (the non-zero rows, ascending;
+//!                                                  versions 1 and 2: f32 × reasons)
 //! u64 FNV-1a 64 of every byte before it
 //! ```
+//!
+//! A weight is its `i8` times its reason's scale. Version 1 and 2 files
+//! (`f32` weights) are still read, and quantised as they are read.
 
 pub mod cost;
 pub mod features;
@@ -42,12 +49,13 @@ pub mod train;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use features::{Input, Kind, Sink};
+use features::{Input, Kind, Sink, FIELD_STEPS};
 
 /// The version of the file format and of the tokenisation ([`features`]).
-/// Version 2 adds the calibration's temperature; version 1 files are
-/// still read (uncalibrated: temperature 1).
-pub const FORMAT_VERSION: u32 = 2;
+/// Version 2 added the calibration's temperature, version 3 the `i8`
+/// weights; versions 1 and 2 are still read (version 1: uncalibrated,
+/// temperature 1).
+pub const FORMAT_VERSION: u32 = 3;
 /// log2 of the number of weight rows.
 pub const BUCKET_BITS: u8 = 16;
 /// A model tells at most this many reasons apart.
@@ -123,13 +131,21 @@ pub fn builtin() -> Arc<Model> {
 #[derive(Clone, PartialEq)]
 pub struct Model {
     reasons: Vec<String>,
-    /// Row width: the reasons, padded to a multiple of 8 (lanes of the sums).
+    /// Row width: the reasons, padded to a multiple of [`LANES`].
     width: usize,
-    /// `2^BUCKET_BITS × width` weights, row by row.
-    weights: Vec<f32>,
+    /// `2^BUCKET_BITS × width` quantised weights, row by row: weight
+    /// `w[b][r]` is `weights[b × width + r] × scale[r]`.
+    weights: Vec<i8>,
+    /// Per reason (padded to `width`): what one step of its `i8` weighs.
+    scale: Vec<f32>,
     bias: Vec<f32>,
     trained: Trained,
 }
+
+/// The sums are added [`LANES`] reasons at a time (one 16-byte row of a
+/// model of up to 16 reasons, widened to `i32`: what the compiler turns
+/// into a few vector instructions).
+const LANES: usize = 16;
 
 /// How a model was trained (kept in the file, shown by `model info`).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -230,13 +246,23 @@ impl Prediction {
     }
 }
 
-/// Sums weight rows: text features and field tokens apart (the text's
-/// `1/√n` is applied at the end).
+/// Sums quantised weight rows, exactly, in `i32`: text features and field
+/// tokens apart (the text's `1/√n`, the field weights and the scales are
+/// applied at the end).
 struct Scorer<'m> {
-    weights: &'m [f32],
+    weights: &'m [i8],
     width: usize,
-    text: [f32; MAX_REASONS],
-    fields: [f32; MAX_REASONS],
+    text: [i32; MAX_REASONS],
+    fields: [i32; MAX_REASONS],
+}
+
+#[inline]
+fn add_row(acc: &mut [i32; MAX_REASONS], row: &[i8], k: i32) {
+    for (a, w) in acc.chunks_exact_mut(LANES).zip(row.chunks_exact(LANES)) {
+        for (a, &w) in a.iter_mut().zip(w) {
+            *a += k * i32::from(w);
+        }
+    }
 }
 
 impl Sink for Scorer<'_> {
@@ -245,14 +271,9 @@ impl Sink for Scorer<'_> {
         let row = bucket(hash) * self.width;
         let w = &self.weights[row..row + self.width];
         if kind.is_text() {
-            for (a, x) in self.text[..self.width].iter_mut().zip(w) {
-                *a += x;
-            }
+            add_row(&mut self.text, w, 1);
         } else {
-            let k = kind.field_weight();
-            for (a, x) in self.fields[..self.width].iter_mut().zip(w) {
-                *a += k * x;
-            }
+            add_row(&mut self.fields, w, kind.field_weight_steps());
         }
     }
 }
@@ -297,15 +318,16 @@ impl Model {
         let mut s = Scorer {
             weights: &self.weights,
             width: self.width,
-            text: [0.0; MAX_REASONS],
-            fields: [0.0; MAX_REASONS],
+            text: [0; MAX_REASONS],
+            fields: [0; MAX_REASONS],
         };
         let n = features::visit(input, &mut s);
-        let scale = text_scale(n);
+        let text = text_scale(n);
         let r = self.reasons.len();
         let mut z = [0.0f32; MAX_REASONS];
         for (i, zi) in z[..r].iter_mut().enumerate() {
-            *zi = self.bias[i] + s.fields[i] + s.text[i] * scale;
+            let steps = s.fields[i] as f32 / FIELD_STEPS as f32 + s.text[i] as f32 * text;
+            *zi = self.bias[i] + self.scale[i] * steps;
         }
         softmax(z, r)
     }
@@ -318,9 +340,8 @@ impl Model {
         let mut z = [0.0f32; MAX_REASONS];
         z[..r].copy_from_slice(&self.bias[..r]);
         for &(b, x) in v {
-            let row = self.row(b as usize);
-            for (zj, w) in z[..r].iter_mut().zip(row) {
-                *zj += x * w;
+            for (j, zj) in z[..r].iter_mut().enumerate() {
+                *zj += x * self.weight(b as usize, j);
             }
         }
         softmax(z, r)
@@ -335,7 +356,7 @@ impl Model {
         }
         impl Sink for Collect<'_> {
             fn feature(&mut self, kind: Kind, chars: &[char], hash: u32) {
-                let w = self.model.weights[bucket(hash) * self.model.width + self.reason];
+                let w = self.model.weight(bucket(hash), self.reason);
                 if let Some(f) = self.seen.iter_mut().find(|f| f.0 == hash) {
                     f.3 += w;
                 } else {
@@ -391,23 +412,30 @@ impl Model {
         for b in &self.bias[..r] {
             out.extend_from_slice(&b.to_le_bytes());
         }
+        for s in &self.scale[..r] {
+            out.extend_from_slice(&s.to_le_bytes());
+        }
         let rows: Vec<usize> = (0..1usize << BUCKET_BITS)
-            .filter(|&b| self.row(b)[..r].iter().any(|&w| w != 0.0))
+            .filter(|&b| self.row(b)[..r].iter().any(|&w| w != 0))
             .collect();
         out.extend_from_slice(&(rows.len() as u32).to_le_bytes());
         for b in rows {
             out.extend_from_slice(&(b as u32).to_le_bytes());
-            for w in &self.row(b)[..r] {
-                out.extend_from_slice(&w.to_le_bytes());
-            }
+            out.extend(self.row(b)[..r].iter().map(|&w| w as u8));
         }
         let sum = fnv64(&out);
         out.extend_from_slice(&sum.to_le_bytes());
         out
     }
 
-    fn row(&self, b: usize) -> &[f32] {
+    fn row(&self, b: usize) -> &[i8] {
         &self.weights[b * self.width..(b + 1) * self.width]
+    }
+
+    /// The weight of bucket `b` for reason `r`.
+    #[inline]
+    fn weight(&self, b: usize, r: usize) -> f32 {
+        f32::from(self.weights[b * self.width + r]) * self.scale[r]
     }
 
     /// Reads a model file; a damaged or foreign file is an error, never a
@@ -421,7 +449,7 @@ impl Model {
             at: MAGIC.len(),
         };
         let version = r.u32()?;
-        if version != FORMAT_VERSION && version != 1 {
+        if !(1..=FORMAT_VERSION).contains(&version) {
             return Err(ModelError::Version(version));
         }
         if bytes.len() < 8 + 12 {
@@ -466,37 +494,68 @@ impl Model {
         if trained.temperature <= 0.0 {
             return Err(ModelError::Damaged("a temperature that is not positive"));
         }
-        let width = padded(count);
-        let mut bias = vec![0.0; width];
-        for b in &mut bias[..count] {
+        let mut bias = vec![0.0; count];
+        for b in &mut bias {
             *b = r.f32()?;
+        }
+        let mut scale = vec![0.0; count];
+        if version >= 3 {
+            for s in &mut scale {
+                *s = r.f32()?;
+                if *s < 0.0 {
+                    return Err(ModelError::Damaged("a negative weight scale"));
+                }
+            }
         }
         let rows = r.u32()? as usize;
         if rows > 1 << BUCKET_BITS {
             return Err(ModelError::Damaged("more rows than buckets"));
         }
-        let mut weights = vec![0.0; (1 << BUCKET_BITS) * width];
         let mut last = None;
-        for _ in 0..rows {
+        let mut next_bucket = |r: &mut Reader| -> Result<usize, ModelError> {
             let b = r.u32()? as usize;
             if b >= 1 << BUCKET_BITS || last.is_some_and(|l| b <= l) {
                 return Err(ModelError::Damaged("rows out of order"));
             }
             last = Some(b);
-            for w in &mut weights[b * width..b * width + count] {
-                *w = r.f32()?;
+            Ok(b)
+        };
+        let model = if version >= 3 {
+            let width = padded(count);
+            let mut weights = vec![0i8; (1 << BUCKET_BITS) * width];
+            for _ in 0..rows {
+                let b = next_bucket(&mut r)?;
+                for (w, &x) in weights[b * width..b * width + count]
+                    .iter_mut()
+                    .zip(r.take(count)?)
+                {
+                    *w = x as i8;
+                }
             }
-        }
+            scale.resize(width, 0.0);
+            bias.resize(width, 0.0);
+            Model {
+                reasons,
+                width,
+                weights,
+                scale,
+                bias,
+                trained,
+            }
+        } else {
+            // `f32` weights (versions 1 and 2): quantised as they are read.
+            let mut parts = Vec::with_capacity(rows);
+            for _ in 0..rows {
+                let b = next_bucket(&mut r)?;
+                let w = (0..count).map(|_| r.f32()).collect::<Result<Vec<_>, _>>()?;
+                parts.push((b, w));
+            }
+            Model::from_parts(reasons, &bias, &parts, trained)
+        };
         if r.at != body.len() {
             return Err(ModelError::Damaged("bytes after the last row"));
         }
-        Ok(Model {
-            reasons,
-            width,
-            weights,
-            bias,
-            trained,
-        })
+        Ok(model)
     }
 
     /// The model with its scores divided by `temperature` (the
@@ -504,14 +563,18 @@ impl Model {
     /// probabilities. No cost at inference: the weights are scaled.
     pub fn calibrated(mut self, temperature: f32) -> Model {
         let k = 1.0 / temperature;
-        self.weights.iter_mut().for_each(|w| *w *= k);
+        self.scale.iter_mut().for_each(|w| *w *= k);
         self.bias.iter_mut().for_each(|w| *w *= k);
         self.trained.temperature *= temperature;
         self
     }
 
     /// A model from trained weights: `rows[b]` holds bucket `b`'s weight
-    /// per reason.
+    /// per reason. The weights are quantised to `i8`, one scale per
+    /// reason: its largest weight is ±127 steps, every weight is rounded
+    /// to the nearest step (half a step of error at most; on the field
+    /// corpus, cross-validated by source, the verdicts moved by one item
+    /// in 1,010 against the `f32` weights).
     pub(crate) fn from_parts(
         reasons: Vec<String>,
         bias: &[f32],
@@ -520,9 +583,22 @@ impl Model {
     ) -> Model {
         let count = reasons.len();
         let width = padded(count);
-        let mut weights = vec![0.0; (1 << BUCKET_BITS) * width];
+        let mut scale = vec![0.0f32; width];
+        for (_, w) in rows {
+            for (s, x) in scale.iter_mut().zip(w) {
+                *s = s.max(x.abs());
+            }
+        }
+        scale.iter_mut().for_each(|s| *s /= 127.0);
+        let mut weights = vec![0i8; (1 << BUCKET_BITS) * width];
         for (b, w) in rows {
-            weights[b * width..b * width + count].copy_from_slice(w);
+            for (r, x) in w.iter().enumerate().take(count) {
+                weights[b * width + r] = if scale[r] > 0.0 {
+                    (x / scale[r]).round().clamp(-127.0, 127.0) as i8
+                } else {
+                    0
+                };
+            }
         }
         let mut padded_bias = vec![0.0; width];
         padded_bias[..count].copy_from_slice(bias);
@@ -530,6 +606,7 @@ impl Model {
             reasons,
             width,
             weights,
+            scale,
             bias: padded_bias,
             trained,
         }
@@ -550,7 +627,7 @@ fn softmax(mut z: [f32; MAX_REASONS], r: usize) -> Prediction {
 }
 
 fn padded(count: usize) -> usize {
-    count.div_ceil(8) * 8
+    count.div_ceil(LANES) * LANES
 }
 
 /// An error's hashed feature vector: (bucket, value) ascending, merged —
