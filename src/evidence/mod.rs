@@ -31,16 +31,14 @@
 //! "FOVMODEL"  u32 format version  u8 bucket bits
 //! u8 reasons  { u8 length, UTF-8 name }…
 //! u32 items   f32 lambda   u32 iterations        (how it was trained)
-//! f32 temperature                                 (version ≥ 2: the calibration)
+//! f32 temperature                                 (the calibration)
 //! f32 × reasons                                   (the biases)
-//! f32 × reasons                                   (version 3: the weights' scales)
-//! u32 rows    { u32 bucket, i8 × reasons }…       (the non-zero rows, ascending;
-//!                                                  versions 1 and 2: f32 × reasons)
+//! f32 × reasons                                   (the weights' scales)
+//! u32 rows    { u32 bucket, i8 × reasons }…       (the non-zero rows, ascending)
 //! u64 FNV-1a 64 of every byte before it
 //! ```
 //!
-//! A weight is its `i8` times its reason's scale. Version 1 and 2 files
-//! (`f32` weights) are still read, and quantised as they are read.
+//! A weight is its `i8` times its reason's scale.
 
 pub mod cost;
 pub mod features;
@@ -52,9 +50,9 @@ use std::sync::{Arc, OnceLock};
 use features::{Input, Kind, Sink, FIELD_STEPS};
 
 /// The version of the file format and of the tokenisation ([`features`]).
-/// Version 2 added the calibration's temperature, version 3 the `i8`
-/// weights; versions 1 and 2 are still read (version 1: uncalibrated,
-/// temperature 1).
+/// Version 2 added the calibration's temperature; version 3 the `i8`
+/// weights and a faster tokenisation (issue 47), so files of versions 1
+/// and 2 are refused: retrain them (`failover model train`).
 pub const FORMAT_VERSION: u32 = 3;
 /// log2 of the number of weight rows.
 pub const BUCKET_BITS: u8 = 16;
@@ -252,16 +250,58 @@ impl Prediction {
 struct Scorer<'m> {
     weights: &'m [i8],
     width: usize,
-    text: [i32; MAX_REASONS],
-    fields: [i32; MAX_REASONS],
+    text: [[i32; LANES]; BLOCKS],
+    fields: [[i32; LANES]; BLOCKS],
+    /// The latest text rows, summed in `i16` (half the vector work of
+    /// `i32`); moved into `text` every [`SPILL`] rows, before they could
+    /// overflow.
+    recent: [[i16; LANES]; BLOCKS],
+    in_recent: usize,
 }
 
-#[inline]
-fn add_row(acc: &mut [i32; MAX_REASONS], row: &[i8], k: i32) {
-    for (a, w) in acc.chunks_exact_mut(LANES).zip(row.chunks_exact(LANES)) {
-        for (a, &w) in a.iter_mut().zip(w) {
-            *a += k * i32::from(w);
+/// Blocks of [`LANES`] reasons in the largest model.
+const BLOCKS: usize = MAX_REASONS / LANES;
+/// `SPILL × 127` fits an `i16`.
+const SPILL: usize = 256;
+
+impl Scorer<'_> {
+    fn spill(&mut self) {
+        for (t, r) in self.text.iter_mut().zip(&mut self.recent) {
+            for i in 0..LANES {
+                t[i] += i32::from(r[i]);
+            }
+            *r = [0; LANES];
         }
+        self.in_recent = 0;
+    }
+}
+
+/// Adds one row to the sums, [`LANES`] at a time: fixed-size arrays, so
+/// that the compiler widens and adds a whole block in vector registers
+/// (written over slices, it added lane by lane through memory, the
+/// hottest instructions of `predict`).
+#[inline]
+fn add_row(acc: &mut [[i32; LANES]; BLOCKS], row: &[i8], k: i32) {
+    for (a, w) in acc.iter_mut().zip(row.chunks_exact(LANES)) {
+        let w: &[i8; LANES] = w.try_into().expect("rows are whole blocks");
+        let mut sum = *a;
+        for i in 0..LANES {
+            sum[i] += k * i32::from(w[i]);
+        }
+        *a = sum;
+    }
+}
+
+/// [`add_row`] into `i16` sums.
+#[inline]
+fn add_row16(acc: &mut [[i16; LANES]; BLOCKS], row: &[i8]) {
+    for (a, w) in acc.iter_mut().zip(row.chunks_exact(LANES)) {
+        let w: &[i8; LANES] = w.try_into().expect("rows are whole blocks");
+        let mut sum = *a;
+        for i in 0..LANES {
+            sum[i] += i16::from(w[i]);
+        }
+        *a = sum;
     }
 }
 
@@ -271,16 +311,26 @@ impl Sink for Scorer<'_> {
         let row = bucket(hash) * self.width;
         let w = &self.weights[row..row + self.width];
         if kind.is_text() {
-            add_row(&mut self.text, w, 1);
+            add_row16(&mut self.recent, w);
+            self.in_recent += 1;
+            if self.in_recent == SPILL {
+                self.spill();
+            }
         } else {
             add_row(&mut self.fields, w, kind.field_weight_steps());
         }
     }
+
+    fn reads_text(&self) -> bool {
+        false
+    }
 }
 
+/// A feature's weight row: the high bits of its hash (see
+/// [`features::hash`]).
 #[inline]
 fn bucket(hash: u32) -> usize {
-    (hash & ((1u32 << BUCKET_BITS) - 1)) as usize
+    (hash >> (32 - u32::from(BUCKET_BITS))) as usize
 }
 
 /// The weight of each text feature when an error has `n` of them.
@@ -318,15 +368,19 @@ impl Model {
         let mut s = Scorer {
             weights: &self.weights,
             width: self.width,
-            text: [0; MAX_REASONS],
-            fields: [0; MAX_REASONS],
+            text: [[0; LANES]; BLOCKS],
+            fields: [[0; LANES]; BLOCKS],
+            recent: [[0; LANES]; BLOCKS],
+            in_recent: 0,
         };
         let n = features::visit(input, &mut s);
+        s.spill();
         let text = text_scale(n);
         let r = self.reasons.len();
         let mut z = [0.0f32; MAX_REASONS];
+        let sums = |a: &[[i32; LANES]; BLOCKS], i: usize| a[i / LANES][i % LANES] as f32;
         for (i, zi) in z[..r].iter_mut().enumerate() {
-            let steps = s.fields[i] as f32 / FIELD_STEPS as f32 + s.text[i] as f32 * text;
+            let steps = sums(&s.fields, i) / FIELD_STEPS as f32 + sums(&s.text, i) * text;
             *zi = self.bias[i] + self.scale[i] * steps;
         }
         softmax(z, r)
@@ -449,7 +503,7 @@ impl Model {
             at: MAGIC.len(),
         };
         let version = r.u32()?;
-        if !(1..=FORMAT_VERSION).contains(&version) {
+        if version != FORMAT_VERSION {
             return Err(ModelError::Version(version));
         }
         if bytes.len() < 8 + 12 {
@@ -489,7 +543,7 @@ impl Model {
             items: r.u32()?,
             lambda: r.f32()?,
             iterations: r.u32()?,
-            temperature: if version >= 2 { r.f32()? } else { 1.0 },
+            temperature: r.f32()?,
         };
         if trained.temperature <= 0.0 {
             return Err(ModelError::Damaged("a temperature that is not positive"));
@@ -499,63 +553,45 @@ impl Model {
             *b = r.f32()?;
         }
         let mut scale = vec![0.0; count];
-        if version >= 3 {
-            for s in &mut scale {
-                *s = r.f32()?;
-                if *s < 0.0 {
-                    return Err(ModelError::Damaged("a negative weight scale"));
-                }
+        for s in &mut scale {
+            *s = r.f32()?;
+            if *s < 0.0 {
+                return Err(ModelError::Damaged("a negative weight scale"));
             }
         }
         let rows = r.u32()? as usize;
         if rows > 1 << BUCKET_BITS {
             return Err(ModelError::Damaged("more rows than buckets"));
         }
+        let width = padded(count);
+        let mut weights = vec![0i8; (1 << BUCKET_BITS) * width];
         let mut last = None;
-        let mut next_bucket = |r: &mut Reader| -> Result<usize, ModelError> {
+        for _ in 0..rows {
             let b = r.u32()? as usize;
             if b >= 1 << BUCKET_BITS || last.is_some_and(|l| b <= l) {
                 return Err(ModelError::Damaged("rows out of order"));
             }
             last = Some(b);
-            Ok(b)
-        };
-        let model = if version >= 3 {
-            let width = padded(count);
-            let mut weights = vec![0i8; (1 << BUCKET_BITS) * width];
-            for _ in 0..rows {
-                let b = next_bucket(&mut r)?;
-                for (w, &x) in weights[b * width..b * width + count]
-                    .iter_mut()
-                    .zip(r.take(count)?)
-                {
-                    *w = x as i8;
-                }
+            for (w, &x) in weights[b * width..b * width + count]
+                .iter_mut()
+                .zip(r.take(count)?)
+            {
+                *w = x as i8;
             }
-            scale.resize(width, 0.0);
-            bias.resize(width, 0.0);
-            Model {
-                reasons,
-                width,
-                weights,
-                scale,
-                bias,
-                trained,
-            }
-        } else {
-            // `f32` weights (versions 1 and 2): quantised as they are read.
-            let mut parts = Vec::with_capacity(rows);
-            for _ in 0..rows {
-                let b = next_bucket(&mut r)?;
-                let w = (0..count).map(|_| r.f32()).collect::<Result<Vec<_>, _>>()?;
-                parts.push((b, w));
-            }
-            Model::from_parts(reasons, &bias, &parts, trained)
-        };
+        }
         if r.at != body.len() {
             return Err(ModelError::Damaged("bytes after the last row"));
         }
-        Ok(model)
+        scale.resize(width, 0.0);
+        bias.resize(width, 0.0);
+        Ok(Model {
+            reasons,
+            width,
+            weights,
+            scale,
+            bias,
+            trained,
+        })
     }
 
     /// The model with its scores divided by `temperature` (the
@@ -637,6 +673,9 @@ pub fn vector(input: &Input) -> Vec<(u32, f32)> {
     impl Sink for Collect {
         fn feature(&mut self, kind: Kind, _chars: &[char], hash: u32) {
             self.0.push((bucket(hash) as u32, kind));
+        }
+        fn reads_text(&self) -> bool {
+            false
         }
     }
     let mut c = Collect(Vec::new());
