@@ -131,9 +131,13 @@ pub struct Model {
     reasons: Vec<String>,
     /// Row width: the reasons, padded to a multiple of [`LANES`].
     width: usize,
-    /// `2^BUCKET_BITS × width` quantised weights, row by row: weight
-    /// `w[b][r]` is `weights[b × width + r] × scale[r]`.
-    weights: Vec<i8>,
+    /// `2^BUCKET_BITS × width` quantised weights, row by row, each an `i8`
+    /// stored in offset binary (`i8 + 128`, [`signed`] reads it back):
+    /// weight `w[b][r]` is `signed(weights[b × width + r]) × scale[r]`.
+    /// Unsigned bytes widen to the `u16` sums with a plain zero-extension,
+    /// which baseline x86-64 (SSE2) does in one instruction per 8 lanes
+    /// where sign-extending took three per 4.
+    weights: Vec<u8>,
     /// Per reason (padded to `width`): what one step of its `i8` weighs.
     scale: Vec<f32>,
     bias: Vec<f32>,
@@ -244,79 +248,99 @@ impl Prediction {
     }
 }
 
-/// Sums quantised weight rows, exactly, in `i32`: text features and field
-/// tokens apart (the text's `1/√n`, the field weights and the scales are
-/// applied at the end).
+/// Sums quantised weight rows, exactly: text features and field tokens
+/// apart (the text's `1/√n`, the field weights and the scales are applied
+/// at the end).
+///
+/// A text feature's hash is only recorded as it is read; the rows are
+/// summed afterwards in one tight loop ([`Scorer::sum_text`]). Hashing and
+/// summing interleaved cost about 70 instructions per feature (the sums
+/// went through memory, and each load of a row waited on its cache miss
+/// alone); apart, the loop keeps the sums in vector registers and many
+/// row loads in flight.
 struct Scorer<'m> {
-    weights: &'m [i8],
+    weights: &'m [u8],
     width: usize,
     text: [[i32; LANES]; BLOCKS],
     fields: [[i32; LANES]; BLOCKS],
-    /// The latest text rows, summed in `i16` (half the vector work of
-    /// `i32`); moved into `text` every [`SPILL`] rows, before they could
-    /// overflow.
-    recent: [[i16; LANES]; BLOCKS],
-    in_recent: usize,
+    /// Text features' buckets not summed yet.
+    pending: [u32; PENDING],
+    npending: usize,
 }
 
 /// Blocks of [`LANES`] reasons in the largest model.
 const BLOCKS: usize = MAX_REASONS / LANES;
-/// `SPILL × 127` fits an `i16`.
+/// Text buckets held before they are summed (a 512-byte text has up to
+/// about 1,500 features: summed in a few batches).
+const PENDING: usize = 512;
+/// Rows are summed in `u16` (half the vector work of `i32`) this many at
+/// a time: `SPILL × 255` fits a `u16`.
 const SPILL: usize = 256;
 
-impl Scorer<'_> {
-    fn spill(&mut self) {
-        for (t, r) in self.text.iter_mut().zip(&mut self.recent) {
-            for i in 0..LANES {
-                t[i] += i32::from(r[i]);
-            }
-            *r = [0; LANES];
-        }
-        self.in_recent = 0;
-    }
+/// A stored weight's `i8` (see [`Model`]'s `weights`).
+#[inline]
+fn signed(w: u8) -> i8 {
+    (w ^ 0x80) as i8
+}
+
+/// An `i8` weight as stored.
+#[inline]
+fn stored(q: i8) -> u8 {
+    (q as u8) ^ 0x80
 }
 
 /// Adds one row to the sums, [`LANES`] at a time: fixed-size arrays, so
-/// that the compiler widens and adds a whole block in vector registers
-/// (written over slices, it added lane by lane through memory, the
-/// hottest instructions of `predict`).
+/// that the compiler widens and adds a whole block in vector registers.
 #[inline]
-fn add_row(acc: &mut [[i32; LANES]; BLOCKS], row: &[i8], k: i32) {
+fn add_row(acc: &mut [[i32; LANES]; BLOCKS], row: &[u8], k: i32) {
     for (a, w) in acc.iter_mut().zip(row.chunks_exact(LANES)) {
-        let w: &[i8; LANES] = w.try_into().expect("rows are whole blocks");
-        let mut sum = *a;
+        let w: &[u8; LANES] = w.try_into().expect("rows are whole blocks");
         for i in 0..LANES {
-            sum[i] += k * i32::from(w[i]);
+            a[i] += k * i32::from(signed(w[i]));
         }
-        *a = sum;
     }
 }
 
-/// [`add_row`] into `i16` sums.
-#[inline]
-fn add_row16(acc: &mut [[i16; LANES]; BLOCKS], row: &[i8]) {
-    for (a, w) in acc.iter_mut().zip(row.chunks_exact(LANES)) {
-        let w: &[i8; LANES] = w.try_into().expect("rows are whole blocks");
-        let mut sum = *a;
-        for i in 0..LANES {
-            sum[i] += i16::from(w[i]);
+impl Scorer<'_> {
+    /// Sums the pending text rows into `text`.
+    fn sum_text(&mut self) {
+        let width = self.width;
+        for batch in self.pending[..self.npending].chunks(SPILL) {
+            // Each stored byte is its weight + 128: the batch's sums less
+            // 128 per row.
+            let offset = 128 * batch.len() as i32;
+            for block in 0..width / LANES {
+                let mut acc = [0u16; LANES];
+                for &b in batch {
+                    let at = b as usize * width + block * LANES;
+                    let row: &[u8; LANES] = self.weights[at..at + LANES]
+                        .try_into()
+                        .expect("a block is LANES wide");
+                    for i in 0..LANES {
+                        acc[i] += u16::from(row[i]);
+                    }
+                }
+                for i in 0..LANES {
+                    self.text[block][i] += i32::from(acc[i]) - offset;
+                }
+            }
         }
-        *a = sum;
+        self.npending = 0;
     }
 }
 
 impl Sink for Scorer<'_> {
-    #[inline]
+    #[inline(always)]
     fn feature(&mut self, kind: Kind, _chars: &[char], hash: u32) {
-        let row = bucket(hash) * self.width;
-        let w = &self.weights[row..row + self.width];
         if kind.is_text() {
-            add_row16(&mut self.recent, w);
-            self.in_recent += 1;
-            if self.in_recent == SPILL {
-                self.spill();
+            if self.npending == PENDING {
+                self.sum_text();
             }
+            self.pending[self.npending] = bucket(hash) as u32;
+            self.npending += 1;
         } else {
+            let row = bucket(hash) * self.width;
+            let w = &self.weights[row..row + self.width];
             add_row(&mut self.fields, w, kind.field_weight_steps());
         }
     }
@@ -370,11 +394,11 @@ impl Model {
             width: self.width,
             text: [[0; LANES]; BLOCKS],
             fields: [[0; LANES]; BLOCKS],
-            recent: [[0; LANES]; BLOCKS],
-            in_recent: 0,
+            pending: [0; PENDING],
+            npending: 0,
         };
         let n = features::visit(input, &mut s);
-        s.spill();
+        s.sum_text();
         let text = text_scale(n);
         let r = self.reasons.len();
         let mut z = [0.0f32; MAX_REASONS];
@@ -470,26 +494,26 @@ impl Model {
             out.extend_from_slice(&s.to_le_bytes());
         }
         let rows: Vec<usize> = (0..1usize << BUCKET_BITS)
-            .filter(|&b| self.row(b)[..r].iter().any(|&w| w != 0))
+            .filter(|&b| self.row(b)[..r].iter().any(|&w| signed(w) != 0))
             .collect();
         out.extend_from_slice(&(rows.len() as u32).to_le_bytes());
         for b in rows {
             out.extend_from_slice(&(b as u32).to_le_bytes());
-            out.extend(self.row(b)[..r].iter().map(|&w| w as u8));
+            out.extend(self.row(b)[..r].iter().map(|&w| signed(w) as u8));
         }
         let sum = fnv64(&out);
         out.extend_from_slice(&sum.to_le_bytes());
         out
     }
 
-    fn row(&self, b: usize) -> &[i8] {
+    fn row(&self, b: usize) -> &[u8] {
         &self.weights[b * self.width..(b + 1) * self.width]
     }
 
     /// The weight of bucket `b` for reason `r`.
     #[inline]
     fn weight(&self, b: usize, r: usize) -> f32 {
-        f32::from(self.weights[b * self.width + r]) * self.scale[r]
+        f32::from(signed(self.weights[b * self.width + r])) * self.scale[r]
     }
 
     /// Reads a model file; a damaged or foreign file is an error, never a
@@ -564,7 +588,7 @@ impl Model {
             return Err(ModelError::Damaged("more rows than buckets"));
         }
         let width = padded(count);
-        let mut weights = vec![0i8; (1 << BUCKET_BITS) * width];
+        let mut weights = vec![stored(0); (1 << BUCKET_BITS) * width];
         let mut last = None;
         for _ in 0..rows {
             let b = r.u32()? as usize;
@@ -576,7 +600,7 @@ impl Model {
                 .iter_mut()
                 .zip(r.take(count)?)
             {
-                *w = x as i8;
+                *w = stored(x as i8);
             }
         }
         if r.at != body.len() {
@@ -626,14 +650,14 @@ impl Model {
             }
         }
         scale.iter_mut().for_each(|s| *s /= 127.0);
-        let mut weights = vec![0i8; (1 << BUCKET_BITS) * width];
+        let mut weights = vec![stored(0); (1 << BUCKET_BITS) * width];
         for (b, w) in rows {
             for (r, x) in w.iter().enumerate().take(count) {
-                weights[b * width + r] = if scale[r] > 0.0 {
+                weights[b * width + r] = stored(if scale[r] > 0.0 {
                     (x / scale[r]).round().clamp(-127.0, 127.0) as i8
                 } else {
                     0
-                };
+                });
             }
         }
         let mut padded_bias = vec![0.0; width];

@@ -81,9 +81,74 @@ pub(super) fn run(args: &CheckArgs) -> CmdResult {
             println!();
             print!("{plan}");
             print!("{}", precedence(&build, &args.rules)?);
+            print!("{}", layer_costs(&args.rules)?);
         }
     }
     Ok(i32::from(failed))
+}
+
+/// What each layer adds to start-up (issue 47): the compile `classify`
+/// and `serve` run (no lints), built up one layer at a time — the
+/// defaults, then each `--rules` directory — best of three each, and the
+/// model's loading.
+fn layer_costs(rules: &RulesArgs) -> Result<String, super::Stop> {
+    use std::fmt::Write as _;
+    use std::time::{Duration, Instant};
+    let best = |dirs: &[std::path::PathBuf]| -> Result<(Duration, usize), super::Stop> {
+        let mut best = Duration::MAX;
+        let mut count = 0;
+        for _ in 0..3 {
+            let t = Instant::now();
+            let build = load::build_unlinted(dirs, !rules.no_defaults)?;
+            count = build.rule_count();
+            let engine = failover::Engine::from_build(build);
+            best = best.min(t.elapsed());
+            drop(engine);
+        }
+        Ok((best, count))
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mut out = String::from(
+        "\nstart-up cost (compiling as `classify` and `serve` do, one layer at a time, best of 3):\n",
+    );
+    let (mut before, mut rules_before) = if rules.no_defaults {
+        (Duration::ZERO, 0)
+    } else {
+        let (t, n) = best(&[])?;
+        let _ = writeln!(out, "  defaults{:>24.1} ms  ({n} rules)", ms(t));
+        (t, n)
+    };
+    for i in 0..rules.dirs.len() {
+        let (t, n) = best(&rules.dirs[..=i])?;
+        let name = crate::syntax::display_name(&rules.dirs[i]);
+        let _ = writeln!(
+            out,
+            "  + {name:<22} {:>+7.1} ms  (+{} rules)",
+            ms(t.saturating_sub(before)),
+            n.saturating_sub(rules_before)
+        );
+        (before, rules_before) = (t, n);
+    }
+    if let Some((model, _)) = rules.model()? {
+        // Read again, as a start reads it (the embedded one is cached).
+        let t = Instant::now();
+        let again = match &rules.model {
+            Some(path) => failover::evidence::read_file(path).is_ok(),
+            None => {
+                failover::evidence::Model::from_bytes(failover::evidence::BUILTIN_MODEL).is_ok()
+            }
+        };
+        let took = t.elapsed();
+        if again {
+            let _ = writeln!(
+                out,
+                "  the model{:>23.1} ms  ({} reasons)",
+                ms(took),
+                model.reasons().len()
+            );
+        }
+    }
+    Ok(out)
 }
 
 /// `check --config` and `serve --check`: the config's problems, rendered
