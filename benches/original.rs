@@ -136,6 +136,57 @@ fn latency(engine: &Engine, lines: &[Line]) -> (f64, f64, f64) {
     (at(0.5), at(0.99), ns[ns.len() - 1])
 }
 
+/// `Model::predict` alone on the messages that consult the model (its
+/// input as the engine prepares it): how many, p50, p99 (ns, best of 3
+/// passes per message).
+fn predict_latency(engine: &Engine, lines: &[Line]) -> (usize, f64, f64) {
+    struct Owned {
+        text: String,
+        status: Option<u16>,
+        provider: Option<String>,
+        code: Option<String>,
+        error_type: Option<String>,
+    }
+    let Some((model, _)) = engine.model() else {
+        return (0, f64::NAN, f64::NAN);
+    };
+    let consulted: Vec<Owned> = lines
+        .iter()
+        .filter(|l| engine.classify(&l.as_error()).probability.is_some())
+        .map(|l| {
+            engine.with_model_input(&l.as_error(), |i| Owned {
+                text: i.text.to_owned(),
+                status: i.status,
+                provider: i.provider.map(str::to_owned),
+                code: i.code.map(str::to_owned),
+                error_type: i.error_type.map(str::to_owned),
+            })
+        })
+        .collect();
+    let mut ns: Vec<f64> = consulted
+        .iter()
+        .map(|o| {
+            let input = failover::evidence::features::Input {
+                text: &o.text,
+                status: o.status,
+                provider: o.provider.as_deref(),
+                code: o.code.as_deref(),
+                error_type: o.error_type.as_deref(),
+            };
+            (0..3)
+                .map(|_| {
+                    let t = Instant::now();
+                    std::hint::black_box(model.predict(&input));
+                    t.elapsed().as_nanos() as f64
+                })
+                .fold(f64::INFINITY, f64::min)
+        })
+        .collect();
+    ns.sort_by(f64::total_cmp);
+    let at = |q: f64| ns[((ns.len() - 1) as f64 * q) as usize];
+    (ns.len(), at(0.5), at(0.99))
+}
+
 /// Runs `cmd` with stdout to /dev/null: (wall, the child's CPU).
 fn whole(mut cmd: Command) -> (Duration, Duration) {
     let c0 = children_cpu();
@@ -279,6 +330,7 @@ fn main() {
     let col = |i: usize| median(rows.iter().map(|r| r[i]).collect());
     let (p50, p99, max) = latency(&with_model, &lines);
     let (q50, q99, qmax) = latency(&rules_only, &lines);
+    let (consulted, m50, m99) = predict_latency(&with_model, &lines);
     println!();
     println!("medians of {rounds} rounds:");
     println!(
@@ -287,6 +339,10 @@ fn main() {
     );
     println!(
         "  per message, wall: with the model p50 {p50:.0} ns, p99 {p99:.0} ns, max {max:.0} ns; rules alone p50 {q50:.0} ns, p99 {q99:.0} ns, max {qmax:.0} ns"
+    );
+    println!(
+        "  the model: consulted for {consulted} of {} messages; Model::predict p50 {m50:.0} ns, p99 {m99:.0} ns",
+        lines.len()
     );
     println!(
         "  whole process, {} lines: original {:.0} lines/s ({:.3} s CPU); failover {:.0} lines/s ({:.3} s CPU): {:.1}× by wall, {:.1}× by CPU",
