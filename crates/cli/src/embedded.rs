@@ -85,6 +85,10 @@ pub(crate) const DEFAULT_FIELD: &[(&str, &str)] = &[
         "tests/field/transport-streams.yaml",
         include_str!("../../../tests/field/transport-streams.yaml"),
     ),
+    (
+        "tests/field/wrappers-relays.yaml",
+        include_str!("../../../tests/field/wrappers-relays.yaml"),
+    ),
 ];
 
 /// The held-out set (`tests/holdout`): errors collected after the rules
