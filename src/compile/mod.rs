@@ -22,6 +22,7 @@ pub(crate) mod selection;
 mod shadow;
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use regex::RegexBuilder;
 
@@ -197,7 +198,7 @@ pub(crate) fn compile_with(
         sources: &sources,
         layers: &layers,
         diags,
-        prebuilt: prebuild_regexes(&files),
+        prebuilt: prebuild_regexes(&files, &layers),
         lints,
     };
     let ruleset = cx.build(&files);
@@ -220,18 +221,27 @@ pub(crate) fn compile_with(
 /// The regex flags an operator may write.
 const REGEX_FLAGS: &str = "icsmx";
 
-/// Every regex of the rules (with valid flags), built before the compile
-/// proper on up to four threads: building them is about half of compiling
-/// the default rules. Identical regexes are built once.
-type Prebuilt = HashMap<(String, String), Result<(regex::Regex, ir::RegexFacts), regex::Error>>;
+/// Every regex of the rules (with valid flags) and its facts, prepared
+/// before the compile proper on up to four threads. Identical regexes are
+/// prepared once.
+type Prebuilt = HashMap<(String, String), Prepared>;
 
-fn prebuild_regexes(files: &[(usize, ast::RuleFile)]) -> Prebuilt {
-    fn collect<'a>(c: &'a ast::Condition, out: &mut Vec<(&'a str, &'a str)>) {
+/// A regex as prepared: what runs (`None` when it is left for its first
+/// use) and what the scan can tell about it, or why it does not build.
+type Prepared = Result<(Option<regex::Regex>, ir::RegexFacts), regex::Error>;
+
+/// Prepares every regex of `files`. An operator's regexes are built, so
+/// one that does not build is a diagnostic. The embedded defaults' only
+/// get their facts: building them was about half of compiling the default
+/// rules, and a command that classifies one message runs few of them; the
+/// test suite builds them all (`Engine::warm`).
+fn prebuild_regexes(files: &[(usize, ast::RuleFile)], layers: &[Layer]) -> Prebuilt {
+    fn collect<'a>(c: &'a ast::Condition, lazy: bool, out: &mut Vec<(&'a str, &'a str, bool)>) {
         match &c.kind {
             CondKind::Or(parts) | CondKind::And(parts) => {
-                parts.iter().for_each(|p| collect(p, out))
+                parts.iter().for_each(|p| collect(p, lazy, out))
             }
-            CondKind::Not(inner) => collect(inner, out),
+            CondKind::Not(inner) => collect(inner, lazy, out),
             CondKind::Predicate(p) => {
                 if let Some(Spanned {
                     node: Operand::Regex { pattern, flags },
@@ -241,42 +251,48 @@ fn prebuild_regexes(files: &[(usize, ast::RuleFile)]) -> Prebuilt {
                     if flags.node.chars().all(|f| REGEX_FLAGS.contains(f))
                         && pattern.len() <= MAX_REGEX_BYTES
                     {
-                        out.push((pattern, &flags.node));
+                        out.push((pattern, &flags.node, lazy));
                     }
                 }
             }
         }
     }
     let mut found = Vec::new();
-    for (_, file) in files {
+    for (li, file) in files {
+        let lazy = layers[*li].is_default;
         for decl in &file.decls {
             match decl {
-                Decl::Rule(r) => collect(&r.condition, &mut found),
+                Decl::Rule(r) => collect(&r.condition, lazy, &mut found),
                 Decl::Provider(b) => b
                     .rules
                     .iter()
-                    .for_each(|r| collect(&r.condition, &mut found)),
+                    .for_each(|r| collect(&r.condition, lazy, &mut found)),
                 _ => {}
             }
         }
     }
+    // A regex an operator wrote too is built (`false` sorts first and
+    // dedup keeps the first).
     found.sort_unstable();
-    found.dedup();
+    found.dedup_by(|a, b| (a.0, a.1) == (b.0, b.1));
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(4)
         .min(found.len() / 8)
         .max(1);
-    type Built = (
-        (String, String),
-        Result<(regex::Regex, ir::RegexFacts), regex::Error>,
-    );
-    let build = |t: usize| -> Vec<Built> {
+    let build = |t: usize| -> Vec<((String, String), Prepared)> {
         found
             .iter()
             .skip(t)
             .step_by(threads)
-            .map(|&(p, f)| ((p.to_string(), f.to_string()), build_regex(p, f)))
+            .map(|&(p, f, lazy)| {
+                let prepared = if lazy {
+                    Ok((None, regex_facts(p, f)))
+                } else {
+                    build_regex(p, f).map(|(regex, facts)| (Some(regex), facts))
+                };
+                ((p.to_string(), f.to_string()), prepared)
+            })
             .collect()
     };
     if threads == 1 {
@@ -297,10 +313,12 @@ fn prebuild_regexes(files: &[(usize, ast::RuleFile)]) -> Prebuilt {
 /// Builds a regex with valid `flags`, and what the scan can tell about it.
 fn build_regex(pattern: &str, flags: &str) -> Result<(regex::Regex, ir::RegexFacts), regex::Error> {
     let regex = build_regex_only(pattern, flags)?;
-    Ok((
-        regex,
-        atoms::regex_facts(pattern, flags, !flags.contains('c')),
-    ))
+    Ok((regex, regex_facts(pattern, flags)))
+}
+
+/// What the scan can tell about a regex with valid `flags`.
+fn regex_facts(pattern: &str, flags: &str) -> ir::RegexFacts {
+    atoms::regex_facts(pattern, flags, !flags.contains('c'))
 }
 
 /// What runs is the ASCII-folded pattern (unless case-sensitive); when it
@@ -1056,12 +1074,12 @@ impl Compiler<'_> {
         let key = (pattern.to_string(), flags.node.clone());
         let built = match self.prebuilt.get(&key) {
             Some(built) => built.clone(),
-            None => build_regex(pattern, &flags.node),
+            None => build_regex(pattern, &flags.node).map(|(regex, facts)| (Some(regex), facts)),
         };
         match built {
             Ok((regex, facts)) => Some(CompiledRegex {
                 source: format!("/{pattern}/{}", flags.node),
-                regex,
+                regex: regex.map_or_else(OnceLock::new, OnceLock::from),
                 on_lowercase: !case_sensitive,
                 facts,
                 gate_ids: Vec::new(),
