@@ -183,16 +183,28 @@ pub(crate) fn compile_with(
 ) -> Build {
     let skip: Vec<FileId> = early.iter().map(|d| d.span.file).collect();
     let mut diags = early;
-    let mut files: Vec<(usize, ast::RuleFile)> = Vec::new();
-    for (li, layer) in layers.iter().enumerate() {
-        for &f in &layer.files {
-            if skip.contains(&f) {
-                continue;
-            }
-            let (ast, d) = parse_file(&sources, f);
-            diags.extend(d);
-            files.push((li, ast));
-        }
+    let to_parse: Vec<(usize, FileId)> = layers
+        .iter()
+        .enumerate()
+        .flat_map(|(li, layer)| layer.files.iter().map(move |&f| (li, f)))
+        .filter(|(_, f)| !skip.contains(f))
+        .collect();
+    // Files are parsed side by side when there is enough text to pay for
+    // a thread (the default rules are some 60 KB, a tenth of start-up).
+    let text: usize = to_parse
+        .iter()
+        .map(|&(_, f)| sources.get(f).text().len())
+        .sum();
+    let parsed = par_map(
+        &to_parse,
+        text / PARSE_BYTES_PER_THREAD,
+        |&(_, f)| sources.get(f).text().len(),
+        |&(_, f)| parse_file(&sources, f),
+    );
+    let mut files: Vec<(usize, ast::RuleFile)> = Vec::with_capacity(parsed.len());
+    for (&(li, _), (ast, d)) in to_parse.iter().zip(parsed) {
+        diags.extend(d);
+        files.push((li, ast));
     }
     let mut cx = Compiler {
         sources: &sources,
@@ -221,9 +233,61 @@ pub(crate) fn compile_with(
 /// The regex flags an operator may write.
 const REGEX_FLAGS: &str = "icsmx";
 
+/// Rules text parsed per thread, at least: below this a thread costs
+/// more than it saves.
+const PARSE_BYTES_PER_THREAD: usize = 16 << 10;
+
+/// `f` of every item, in item order, computed on up to `threads` threads
+/// (this one among them, and never more than four or than the machine
+/// has) that take the items one at a time, the costliest first by
+/// `cost`: files and regexes differ in cost by a hundred times, so a
+/// fixed share each left a thread idle while another worked on.
+fn par_map<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    cost: impl Fn(&T) -> usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4)
+        .min(threads)
+        .min(items.len());
+    if threads <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(cost(&items[i])));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(&i) = order.get(k) else {
+                return done;
+            };
+            done.push((i, f(&items[i])));
+        }
+    };
+    let mut done = std::thread::scope(|scope| {
+        let others: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+        let mut done = work();
+        for other in others {
+            done.extend(
+                other
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            );
+        }
+        done
+    });
+    done.sort_unstable_by_key(|&(i, _)| i);
+    done.into_iter().map(|(_, r)| r).collect()
+}
+
 /// Every regex of the rules (with valid flags) and its facts, prepared
-/// before the compile proper on up to four threads. Identical regexes are
-/// prepared once.
+/// before the compile proper on up to four threads ([`par_map`]).
+/// Identical regexes are prepared once.
 type Prebuilt = HashMap<(String, String), Prepared>;
 
 /// A regex as prepared: what runs (`None` when it is left for its first
@@ -275,39 +339,24 @@ fn prebuild_regexes(files: &[(usize, ast::RuleFile)], layers: &[Layer]) -> Prebu
     // dedup keeps the first).
     found.sort_unstable();
     found.dedup_by(|a, b| (a.0, a.1) == (b.0, b.1));
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(4)
-        .min(found.len() / 8)
-        .max(1);
-    let build = |t: usize| -> Vec<((String, String), Prepared)> {
-        found
-            .iter()
-            .skip(t)
-            .step_by(threads)
-            .map(|&(p, f, lazy)| {
-                let prepared = if lazy {
-                    Ok((None, regex_facts(p, f)))
-                } else {
-                    build_regex(p, f).map(|(regex, facts)| (Some(regex), facts))
-                };
-                ((p.to_string(), f.to_string()), prepared)
-            })
-            .collect()
-    };
-    if threads == 1 {
-        return build(0).into_iter().collect();
-    }
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (1..threads)
-            .map(|t| scope.spawn(move || build(t)))
-            .collect();
-        let mut all: Prebuilt = build(0).into_iter().collect();
-        for h in handles {
-            all.extend(h.join().expect("building a regex does not panic"));
-        }
-        all
-    })
+    // A thread pays for itself from some eight regexes.
+    let prepared = par_map(
+        &found,
+        found.len() / 8,
+        |&(p, _, lazy)| if lazy { p.len() } else { p.len() * 4 },
+        |&(p, f, lazy)| {
+            if lazy {
+                Ok((None, regex_facts(p, f)))
+            } else {
+                build_regex(p, f).map(|(regex, facts)| (Some(regex), facts))
+            }
+        },
+    );
+    found
+        .iter()
+        .zip(prepared)
+        .map(|(&(p, f, _), prepared)| ((p.to_string(), f.to_string()), prepared))
+        .collect()
 }
 
 /// Builds a regex with valid `flags`, and what the scan can tell about it.
