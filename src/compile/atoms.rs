@@ -310,15 +310,23 @@ pub(crate) fn regex_facts(pattern: &str, flags: &str, case_insensitive: bool) ->
             .map(minimal),
         _ => None,
     };
-    let mut gates: Vec<Vec<Vec<u8>>> = info
+    // The same set often comes more than once (a piece's sets are also
+    // those of what holds it). A later copy can never be kept below, so it
+    // is dropped here, before the costly `minimal`.
+    let mut distinct: Vec<Vec<Vec<u8>>> = Vec::new();
+    for set in info
         .all
         .into_iter()
         .chain(info.required)
         .chain(info.exact)
         .filter_map(usable)
         .filter(|g| min_len(g) >= MIN_ATOM_LEN)
-        .map(minimal)
-        .collect();
+    {
+        if !distinct.contains(&set) {
+            distinct.push(set);
+        }
+    }
+    let mut gates: Vec<Vec<Vec<u8>>> = distinct.into_iter().map(minimal).collect();
     // Cached: a score looks at every atom of the set (the sort is stable,
     // as `sort_by_key`'s).
     gates.sort_by_cached_key(|g| std::cmp::Reverse(score(g)));
