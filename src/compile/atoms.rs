@@ -154,11 +154,40 @@ const COMMON_WORDS: &[&str] = &[
     "your",
 ];
 
-/// A literal without the spaces and punctuation around it.
-fn core_text(lit: &[u8]) -> &str {
+/// The longest of [`COMMON_WORDS`]: a longer text is none of them.
+const LONGEST_COMMON_WORD: usize = {
+    let (mut i, mut longest) = (0, 0);
+    while i < COMMON_WORDS.len() {
+        if COMMON_WORDS[i].len() > longest {
+            longest = COMMON_WORDS[i].len();
+        }
+        i += 1;
+    }
+    longest
+};
+
+/// A literal without the spaces and punctuation around it (empty when it
+/// is not UTF-8).
+fn core_text(lit: &[u8]) -> &[u8] {
+    // Ranking atom sets asks this of every atom of every set, and nearly
+    // all are ASCII: those are trimmed byte by byte, which is the same as
+    // char by char (an ASCII char is alphanumeric exactly when its byte
+    // is), with no UTF-8 check.
+    if lit.is_ascii() {
+        let start = lit
+            .iter()
+            .position(u8::is_ascii_alphanumeric)
+            .unwrap_or(lit.len());
+        let end = lit
+            .iter()
+            .rposition(u8::is_ascii_alphanumeric)
+            .map_or(start, |i| i + 1);
+        return &lit[start..end];
+    }
     std::str::from_utf8(lit)
         .unwrap_or("")
         .trim_matches(|c: char| !c.is_alphanumeric())
+        .as_bytes()
 }
 
 /// Whether a literal is one common word (`model`, `limit`, `key`): such a
@@ -166,16 +195,22 @@ fn core_text(lit: &[u8]) -> &str {
 /// it would cost nearly every scan a report, while the test that needs it
 /// runs only for its rule's candidates.
 pub(crate) fn is_common(lit: &[u8]) -> bool {
-    COMMON_WORDS.contains(&core_text(lit))
+    is_common_core(core_text(lit))
+}
+
+/// [`is_common`] of a literal's [`core_text`].
+fn is_common_core(core: &[u8]) -> bool {
+    core.len() <= LONGEST_COMMON_WORD && COMMON_WORDS.iter().any(|w| w.as_bytes() == core)
 }
 
 /// How selective one atom is: the length of its text without surrounding
 /// spaces and punctuation, or 1 for a common word.
 fn selectivity(atom: &[u8]) -> usize {
-    if is_common(atom) {
+    let core = core_text(atom);
+    if is_common_core(core) {
         1
     } else {
-        core_text(atom).len().max(1)
+        core.len().max(1)
     }
 }
 
@@ -205,6 +240,10 @@ fn dedup(set: &mut Vec<Vec<u8>>) {
 fn usable(mut set: Vec<Vec<u8>>) -> Option<Vec<Vec<u8>>> {
     for lit in &mut set {
         lit.make_ascii_lowercase();
+        // ASCII needs no check (and is most of them).
+        if lit.is_ascii() && !lit.is_empty() {
+            continue;
+        }
         let text = std::str::from_utf8(lit).ok()?;
         let stable = text.chars().all(|c| {
             c.is_ascii()
@@ -271,16 +310,26 @@ pub(crate) fn regex_facts(pattern: &str, flags: &str, case_insensitive: bool) ->
             .map(minimal),
         _ => None,
     };
-    let mut gates: Vec<Vec<Vec<u8>>> = info
+    // The same set often comes more than once (a piece's sets are also
+    // those of what holds it). A later copy can never be kept below, so it
+    // is dropped here, before the costly `minimal`.
+    let mut distinct: Vec<Vec<Vec<u8>>> = Vec::new();
+    for set in info
         .all
         .into_iter()
         .chain(info.required)
         .chain(info.exact)
         .filter_map(usable)
         .filter(|g| min_len(g) >= MIN_ATOM_LEN)
-        .map(minimal)
-        .collect();
-    gates.sort_by_key(|g| std::cmp::Reverse(score(g)));
+    {
+        if !distinct.contains(&set) {
+            distinct.push(set);
+        }
+    }
+    let mut gates: Vec<Vec<Vec<u8>>> = distinct.into_iter().map(minimal).collect();
+    // Cached: a score looks at every atom of the set (the sort is stable,
+    // as `sort_by_key`'s).
+    gates.sort_by_cached_key(|g| std::cmp::Reverse(score(g)));
     gates.dedup();
     // A gate that contains another gate is implied by it.
     let mut kept: Vec<Vec<Vec<u8>>> = Vec::new();
@@ -375,7 +424,7 @@ fn split_branches(h: &Hir, before: bool, after: bool, out: &mut LiteralBranches)
                 .filter(|set| min_len(set) >= MIN_ATOM_LEN)
                 .map(minimal)
                 .collect();
-            needs.sort_by_key(|g| std::cmp::Reverse(score(g)));
+            needs.sort_by_cached_key(|g| std::cmp::Reverse(score(g)));
             needs.dedup();
             needs.truncate(MAX_GATES);
             match (needs.is_empty(), &mut out.rest) {
@@ -400,10 +449,7 @@ fn minimal(set: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
         .enumerate()
         .map(|(i, a)| {
             !set.iter().enumerate().any(|(j, b)| {
-                j != i
-                    && b.len() <= a.len()
-                    && memchr::memmem::find(a, b).is_some()
-                    && (b.len() < a.len() || j < i)
+                j != i && b.len() <= a.len() && occurs_in(a, b) && (b.len() < a.len() || j < i)
             })
         })
         .collect();
@@ -411,6 +457,22 @@ fn minimal(set: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
         .zip(keep)
         .filter_map(|(a, k)| k.then_some(a))
         .collect()
+}
+
+/// Whether `needle` occurs in `hay`. Atoms are short, and [`minimal`]
+/// tries every pair of a set: a plain loop costs less than setting up a
+/// `memmem` searcher for each pair (which was most of its time).
+fn occurs_in(hay: &[u8], needle: &[u8]) -> bool {
+    let Some((&first, rest)) = needle.split_first() else {
+        return true;
+    };
+    let Some(last_start) = hay.len().checked_sub(needle.len()) else {
+        return false;
+    };
+    hay[..=last_start]
+        .iter()
+        .enumerate()
+        .any(|(i, &b)| b == first && hay[i + 1..i + needle.len()] == *rest)
 }
 
 fn count_gaps(hir: &Hir) -> u32 {
@@ -935,6 +997,44 @@ mod tests {
     fn no_literal_means_no_atoms() {
         assert_eq!(atoms_of(r"^\d{3}\s*$"), None);
         assert_eq!(atoms_of(r".*"), None);
+    }
+
+    /// The shortcuts for ASCII and short texts answer as the general
+    /// code does.
+    #[test]
+    fn core_text_and_occurs_in_agree_with_the_general_code() {
+        let samples: &[&[u8]] = &[
+            b"",
+            b" ",
+            b"--",
+            b"limit",
+            b" limit.",
+            b"(not found)",
+            b"rate_limit",
+            b"a",
+            b"ab",
+            b"aab",
+            b"429 ",
+            "  余额不足 ".as_bytes(),
+            "é-limit-é".as_bytes(),
+            b"\xff limit",
+            &[0xff, b' ', b'k', b'e', b'y'],
+        ];
+        for &a in samples {
+            let general = std::str::from_utf8(a)
+                .unwrap_or("")
+                .trim_matches(|c: char| !c.is_alphanumeric());
+            assert_eq!(core_text(a), general.as_bytes(), "{a:?}");
+            for &b in samples {
+                assert_eq!(
+                    occurs_in(a, b),
+                    memchr::memmem::find(a, b).is_some(),
+                    "{a:?} {b:?}"
+                );
+            }
+        }
+        assert!(is_common(b" limit."));
+        assert!(!is_common(b"limits"));
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! The validated intermediate representation of classification rules.
 //!
 //! Everything here is checked: reasons resolved to ids, statuses in range,
-//! literals lower-cased, regexes compiled. The matcher plan
+//! literals lower-cased, regexes compiled (the embedded defaults' on their
+//! first use, see [`CompiledRegex::regex`]). The matcher plan
 //! ([`super::plan`]) and the runtime ([`crate::classify`]) work on this.
+
+use std::sync::OnceLock;
 
 use memchr::memmem;
 use regex::Regex;
@@ -53,6 +56,16 @@ impl Expr {
             Expr::And(p) | Expr::Or(p) => p.iter().any(Expr::tests_text),
             Expr::Not(_) | Expr::Status(_) | Expr::StatusEmpty => false,
             Expr::Text(field, _) => !matches!(field, TextField::Provider | TextField::Model),
+        }
+    }
+
+    /// Calls `f` on every regex of the condition, whatever field it tests.
+    pub(crate) fn for_each_regex<'a>(&'a self, f: &mut impl FnMut(&'a CompiledRegex)) {
+        match self {
+            Expr::And(p) | Expr::Or(p) => p.iter().for_each(|e| e.for_each_regex(f)),
+            Expr::Not(e) => e.for_each_regex(f),
+            Expr::Text(_, TextTest::Matches(re)) => f(re),
+            Expr::Status(_) | Expr::StatusEmpty | Expr::Text(..) => {}
         }
     }
 }
@@ -218,8 +231,12 @@ pub(crate) struct CompiledRegex {
     pub source: String,
     /// What runs: the ASCII-folded pattern (the `fold` module) on the
     /// lower-cased message, or with the `c` flag the pattern as written on
-    /// the original text.
-    pub regex: Regex,
+    /// the original text. An operator's regexes are built while compiling
+    /// (a bad one is a diagnostic); the embedded defaults' are built the
+    /// first time they run: building all of them was most of the command
+    /// line's start-up, and most never run for one message. The test suite
+    /// builds every default regex ([`crate::Engine::warm`]).
+    pub(crate) regex: OnceLock<Regex>,
     pub on_lowercase: bool,
     /// What the atom scan can decide about this regex on the message
     /// ([`super::atoms::regex_facts`]), as literals.
@@ -308,11 +325,36 @@ impl CompiledRegex {
     /// Whether the regex matches (`lower` is `original` ASCII-lower-cased).
     #[inline]
     pub(crate) fn is_match(&self, lower: &str, original: &str) -> bool {
+        let regex = self.runnable();
         if self.on_lowercase {
-            self.regex.is_match(lower)
+            regex.is_match(lower)
         } else {
-            self.regex.is_match(original)
+            regex.is_match(original)
         }
+    }
+
+    /// The regex that runs, built now if it was left for its first use
+    /// (only the embedded defaults' are: they are known to build).
+    #[inline]
+    pub(crate) fn runnable(&self) -> &Regex {
+        self.regex.get_or_init(|| self.build_now())
+    }
+
+    /// Builds a regex left for its first use, as the compile would have.
+    #[cold]
+    #[inline(never)]
+    fn build_now(&self) -> Regex {
+        // `/pattern/flags`: the flags are letters, so the last slash ends
+        // the pattern.
+        let end = self.source.rfind('/').unwrap_or(0);
+        let pattern = self.source.get(1..end).unwrap_or_default();
+        let flags = self.source.get(end + 1..).unwrap_or_default();
+        super::build_regex_only(pattern, flags).unwrap_or_else(|e| {
+            panic!(
+                "the embedded default regex {} does not build: {e}",
+                self.source
+            )
+        })
     }
 }
 

@@ -22,6 +22,7 @@ pub(crate) mod selection;
 mod shadow;
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use regex::RegexBuilder;
 
@@ -182,22 +183,34 @@ pub(crate) fn compile_with(
 ) -> Build {
     let skip: Vec<FileId> = early.iter().map(|d| d.span.file).collect();
     let mut diags = early;
-    let mut files: Vec<(usize, ast::RuleFile)> = Vec::new();
-    for (li, layer) in layers.iter().enumerate() {
-        for &f in &layer.files {
-            if skip.contains(&f) {
-                continue;
-            }
-            let (ast, d) = parse_file(&sources, f);
-            diags.extend(d);
-            files.push((li, ast));
-        }
+    let to_parse: Vec<(usize, FileId)> = layers
+        .iter()
+        .enumerate()
+        .flat_map(|(li, layer)| layer.files.iter().map(move |&f| (li, f)))
+        .filter(|(_, f)| !skip.contains(f))
+        .collect();
+    // Files are parsed side by side when there is enough text to pay for
+    // a thread (the default rules are some 60 KB, a tenth of start-up).
+    let text: usize = to_parse
+        .iter()
+        .map(|&(_, f)| sources.get(f).text().len())
+        .sum();
+    let parsed = par_map(
+        &to_parse,
+        text / PARSE_BYTES_PER_THREAD,
+        |&(_, f)| sources.get(f).text().len(),
+        |&(_, f)| parse_file(&sources, f),
+    );
+    let mut files: Vec<(usize, ast::RuleFile)> = Vec::with_capacity(parsed.len());
+    for (&(li, _), (ast, d)) in to_parse.iter().zip(parsed) {
+        diags.extend(d);
+        files.push((li, ast));
     }
     let mut cx = Compiler {
         sources: &sources,
         layers: &layers,
         diags,
-        prebuilt: prebuild_regexes(&files),
+        prebuilt: prebuild_regexes(&files, &layers),
         lints,
     };
     let ruleset = cx.build(&files);
@@ -220,18 +233,79 @@ pub(crate) fn compile_with(
 /// The regex flags an operator may write.
 const REGEX_FLAGS: &str = "icsmx";
 
-/// Every regex of the rules (with valid flags), built before the compile
-/// proper on up to four threads: building them is about half of compiling
-/// the default rules. Identical regexes are built once.
-type Prebuilt = HashMap<(String, String), Result<(regex::Regex, ir::RegexFacts), regex::Error>>;
+/// Rules text parsed per thread, at least: below this a thread costs
+/// more than it saves.
+const PARSE_BYTES_PER_THREAD: usize = 16 << 10;
 
-fn prebuild_regexes(files: &[(usize, ast::RuleFile)]) -> Prebuilt {
-    fn collect<'a>(c: &'a ast::Condition, out: &mut Vec<(&'a str, &'a str)>) {
+/// `f` of every item, in item order, computed on up to `threads` threads
+/// (this one among them, and never more than four or than the machine
+/// has) that take the items one at a time, the costliest first by
+/// `cost`: files and regexes differ in cost by a hundred times, so a
+/// fixed share each left a thread idle while another worked on.
+fn par_map<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    cost: impl Fn(&T) -> usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4)
+        .min(threads)
+        .min(items.len());
+    if threads <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(cost(&items[i])));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(&i) = order.get(k) else {
+                return done;
+            };
+            done.push((i, f(&items[i])));
+        }
+    };
+    let mut done = std::thread::scope(|scope| {
+        let others: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+        let mut done = work();
+        for other in others {
+            done.extend(
+                other
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            );
+        }
+        done
+    });
+    done.sort_unstable_by_key(|&(i, _)| i);
+    done.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Every regex of the rules (with valid flags) and its facts, prepared
+/// before the compile proper on up to four threads ([`par_map`]).
+/// Identical regexes are prepared once.
+type Prebuilt = HashMap<(String, String), Prepared>;
+
+/// A regex as prepared: what runs (`None` when it is left for its first
+/// use) and what the scan can tell about it, or why it does not build.
+type Prepared = Result<(Option<regex::Regex>, ir::RegexFacts), regex::Error>;
+
+/// Prepares every regex of `files`. An operator's regexes are built, so
+/// one that does not build is a diagnostic. The embedded defaults' only
+/// get their facts: building them was about half of compiling the default
+/// rules, and a command that classifies one message runs few of them; the
+/// test suite builds them all (`Engine::warm`).
+fn prebuild_regexes(files: &[(usize, ast::RuleFile)], layers: &[Layer]) -> Prebuilt {
+    fn collect<'a>(c: &'a ast::Condition, lazy: bool, out: &mut Vec<(&'a str, &'a str, bool)>) {
         match &c.kind {
             CondKind::Or(parts) | CondKind::And(parts) => {
-                parts.iter().for_each(|p| collect(p, out))
+                parts.iter().for_each(|p| collect(p, lazy, out))
             }
-            CondKind::Not(inner) => collect(inner, out),
+            CondKind::Not(inner) => collect(inner, lazy, out),
             CondKind::Predicate(p) => {
                 if let Some(Spanned {
                     node: Operand::Regex { pattern, flags },
@@ -241,66 +315,59 @@ fn prebuild_regexes(files: &[(usize, ast::RuleFile)]) -> Prebuilt {
                     if flags.node.chars().all(|f| REGEX_FLAGS.contains(f))
                         && pattern.len() <= MAX_REGEX_BYTES
                     {
-                        out.push((pattern, &flags.node));
+                        out.push((pattern, &flags.node, lazy));
                     }
                 }
             }
         }
     }
     let mut found = Vec::new();
-    for (_, file) in files {
+    for (li, file) in files {
+        let lazy = layers[*li].is_default;
         for decl in &file.decls {
             match decl {
-                Decl::Rule(r) => collect(&r.condition, &mut found),
+                Decl::Rule(r) => collect(&r.condition, lazy, &mut found),
                 Decl::Provider(b) => b
                     .rules
                     .iter()
-                    .for_each(|r| collect(&r.condition, &mut found)),
+                    .for_each(|r| collect(&r.condition, lazy, &mut found)),
                 _ => {}
             }
         }
     }
+    // A regex an operator wrote too is built (`false` sorts first and
+    // dedup keeps the first).
     found.sort_unstable();
-    found.dedup();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(4)
-        .min(found.len() / 8)
-        .max(1);
-    type Built = (
-        (String, String),
-        Result<(regex::Regex, ir::RegexFacts), regex::Error>,
+    found.dedup_by(|a, b| (a.0, a.1) == (b.0, b.1));
+    // A thread pays for itself from some eight regexes.
+    let prepared = par_map(
+        &found,
+        found.len() / 8,
+        |&(p, _, lazy)| if lazy { p.len() } else { p.len() * 4 },
+        |&(p, f, lazy)| {
+            if lazy {
+                Ok((None, regex_facts(p, f)))
+            } else {
+                build_regex(p, f).map(|(regex, facts)| (Some(regex), facts))
+            }
+        },
     );
-    let build = |t: usize| -> Vec<Built> {
-        found
-            .iter()
-            .skip(t)
-            .step_by(threads)
-            .map(|&(p, f)| ((p.to_string(), f.to_string()), build_regex(p, f)))
-            .collect()
-    };
-    if threads == 1 {
-        return build(0).into_iter().collect();
-    }
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (1..threads)
-            .map(|t| scope.spawn(move || build(t)))
-            .collect();
-        let mut all: Prebuilt = build(0).into_iter().collect();
-        for h in handles {
-            all.extend(h.join().expect("building a regex does not panic"));
-        }
-        all
-    })
+    found
+        .iter()
+        .zip(prepared)
+        .map(|(&(p, f, _), prepared)| ((p.to_string(), f.to_string()), prepared))
+        .collect()
 }
 
 /// Builds a regex with valid `flags`, and what the scan can tell about it.
 fn build_regex(pattern: &str, flags: &str) -> Result<(regex::Regex, ir::RegexFacts), regex::Error> {
     let regex = build_regex_only(pattern, flags)?;
-    Ok((
-        regex,
-        atoms::regex_facts(pattern, flags, !flags.contains('c')),
-    ))
+    Ok((regex, regex_facts(pattern, flags)))
+}
+
+/// What the scan can tell about a regex with valid `flags`.
+fn regex_facts(pattern: &str, flags: &str) -> ir::RegexFacts {
+    atoms::regex_facts(pattern, flags, !flags.contains('c'))
 }
 
 /// What runs is the ASCII-folded pattern (unless case-sensitive); when it
@@ -1056,12 +1123,12 @@ impl Compiler<'_> {
         let key = (pattern.to_string(), flags.node.clone());
         let built = match self.prebuilt.get(&key) {
             Some(built) => built.clone(),
-            None => build_regex(pattern, &flags.node),
+            None => build_regex(pattern, &flags.node).map(|(regex, facts)| (Some(regex), facts)),
         };
         match built {
             Ok((regex, facts)) => Some(CompiledRegex {
                 source: format!("/{pattern}/{}", flags.node),
-                regex,
+                regex: regex.map_or_else(OnceLock::new, OnceLock::from),
                 on_lowercase: !case_sensitive,
                 facts,
                 gate_ids: Vec::new(),

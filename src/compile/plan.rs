@@ -15,8 +15,6 @@
 //! condition holds wins. Because keys are *necessary* conditions, skipping
 //! non-candidates never changes the winner.
 
-use std::collections::HashMap;
-
 use rustc_hash::FxHashMap;
 
 use super::atoms::{is_common, route_keys, usable_atom, Key, MIN_ATOM_LEN};
@@ -249,7 +247,7 @@ fn literal_cost(l: &super::ir::Literal) -> u32 {
 /// and the rules it makes candidates.
 #[derive(Default)]
 struct Patterns {
-    ids: HashMap<Vec<u8>, u32>,
+    ids: FxHashMap<Vec<u8>, u32>,
     list: Vec<Vec<u8>>,
     rules: Vec<Vec<RuleIdx>>,
 }

@@ -205,10 +205,11 @@ impl Dfa {
         let (classes, n_classes) = byte_classes(patterns);
         let shift = n_classes.next_power_of_two().trailing_zeros();
         // The size, before building anything.
-        if trie_states(patterns) << shift > max_table {
+        let sorted = sorted_ids(patterns);
+        if trie_states(patterns, &sorted) << shift > max_table {
             return None;
         }
-        let trie = Trie::build(patterns, &classes);
+        let trie = Trie::build(patterns, &sorted, &classes);
         let layout = Layout::number(&trie, chain_depth, shift)?;
         let trans = layout.rows_table(&trie, n_classes);
         let (links, offsets, pids) = layout.matches(&trie);
@@ -434,15 +435,21 @@ fn byte_classes(patterns: &[Vec<u8>]) -> ([u8; 256], usize) {
     (classes, n_classes)
 }
 
+/// The patterns' ids in byte order (equal patterns by id), which is
+/// their order by class too: classes number the bytes in order.
+fn sorted_ids(patterns: &[Vec<u8>]) -> Vec<u32> {
+    let mut sorted: Vec<u32> = (0..patterns.len() as u32).collect();
+    sorted.sort_by(|&a, &b| patterns[a as usize].cmp(&patterns[b as usize]));
+    sorted
+}
+
 /// The trie's size without building it: one state per distinct prefix,
-/// plus the start.
-fn trie_states(patterns: &[Vec<u8>]) -> usize {
-    let mut sorted: Vec<&[u8]> = patterns.iter().map(Vec::as_slice).collect();
-    sorted.sort_unstable();
-    sorted.dedup();
+/// plus the start (`sorted` from [`sorted_ids`]).
+fn trie_states(patterns: &[Vec<u8>], sorted: &[u32]) -> usize {
     let mut n = 1usize;
     let mut prev: &[u8] = &[];
-    for p in &sorted {
+    for &id in sorted {
+        let p = patterns[id as usize].as_slice();
         let common = p.iter().zip(prev).take_while(|(a, b)| a == b).count();
         n += p.len() - common;
         prev = p;
@@ -451,91 +458,133 @@ fn trie_states(patterns: &[Vec<u8>]) -> usize {
 }
 
 /// The patterns' trie with its Aho-Corasick failure links.
+///
+/// States are numbered breadth-first, children in class order (the order
+/// the table's layout follows), so a state's children are consecutive
+/// states and every array here is flat. The trie is built level by level
+/// from the sorted patterns: the states of depth `d` are the distinct
+/// prefixes of length `d`, in sorted order. (A `Vec` of edges and one of
+/// matches per state, for the default atoms' 22,000 states, made building
+/// the trie half of building the scanner.)
 struct Trie {
-    /// Sparse edges by class, in class order.
-    edges: Vec<Vec<(u8, u32)>>,
-    /// The patterns ending at each state: its own and its failure
+    /// The edge into state `t` is `edges[t - 1]`: (its class, `t`).
+    edges: Vec<(u8, u32)>,
+    /// State `s`'s edges are `edges[first[s]..first[s + 1]]`.
+    first: Vec<u32>,
+    /// The patterns ending at state `s` are
+    /// `ends[ends_at[s]..ends_at[s + 1]]`: its own, then its failure
     /// state's (every atom ending here).
-    ends: Vec<Vec<u32>>,
-    /// The states breadth-first.
-    order: Vec<usize>,
+    ends: Vec<u32>,
+    ends_at: Vec<u32>,
     fail: Vec<usize>,
     depth: Vec<u32>,
 }
 
 impl Trie {
-    fn build(patterns: &[Vec<u8>], classes: &[u8; 256]) -> Trie {
-        let mut edges: Vec<Vec<(u8, u32)>> = vec![Vec::new()];
-        let mut ends: Vec<Vec<u32>> = vec![Vec::new()];
-        for (pid, p) in patterns.iter().enumerate() {
-            let mut s = 0usize;
-            for &b in p {
-                let c = classes[b as usize];
-                s = match edges[s].iter().find(|e| e.0 == c) {
-                    Some(&(_, t)) => t as usize,
-                    None => {
-                        let t = edges.len();
-                        edges[s].push((c, t as u32));
-                        edges.push(Vec::new());
-                        ends.push(Vec::new());
-                        t
+    /// `sorted` is `patterns` in [`sorted_ids`]' order.
+    fn build(patterns: &[Vec<u8>], sorted: &[u32], classes: &[u8; 256]) -> Trie {
+        let byte = |i: usize, d: usize| patterns[sorted[i] as usize].get(d).copied();
+        let mut edges: Vec<(u8, u32)> = Vec::new();
+        let mut first: Vec<u32> = Vec::new();
+        let mut parent: Vec<u32> = vec![0];
+        let mut depth: Vec<u32> = vec![0];
+        // Each state's own patterns, as a range of `sorted`.
+        let mut own: Vec<(u32, u32)> = vec![(0, 0)];
+        // The states of depth `d`, each with the range of `sorted` that
+        // starts with its prefix; states are met in number order.
+        let mut level: Vec<(u32, usize, usize)> = vec![(0, 0, sorted.len())];
+        let mut below: Vec<(u32, usize, usize)> = Vec::new();
+        let mut d = 0usize;
+        while !level.is_empty() {
+            for &(s, lo, hi) in &level {
+                // The patterns that end here sort before the longer ones.
+                let mut i = lo;
+                while i < hi && byte(i, d).is_none() {
+                    i += 1;
+                }
+                own[s as usize] = (lo as u32, i as u32);
+                first.push(edges.len() as u32);
+                while i < hi {
+                    let b = byte(i, d);
+                    let mut j = i + 1;
+                    while j < hi && byte(j, d) == b {
+                        j += 1;
                     }
-                };
+                    let t = parent.len() as u32;
+                    edges.push((classes[usize::from(b.unwrap_or_default())], t));
+                    parent.push(s);
+                    depth.push(d as u32 + 1);
+                    own.push((0, 0));
+                    below.push((t, i, j));
+                    i = j;
+                }
             }
-            ends[s].push(pid as u32);
+            std::mem::swap(&mut level, &mut below);
+            below.clear();
+            d += 1;
         }
-        debug_assert_eq!(edges.len(), trie_states(patterns));
-        // Children in class order: states of one depth are then numbered
-        // as before (a layout measured for the scan).
-        edges.iter_mut().for_each(|e| e.sort_unstable());
-        let n = edges.len();
+        first.push(edges.len() as u32);
+        let n = parent.len();
+        debug_assert_eq!(n, trie_states(patterns, sorted));
         let mut trie = Trie {
             edges,
-            ends,
-            order: vec![0usize],
+            first,
+            ends: Vec::new(),
+            ends_at: Vec::with_capacity(n + 1),
             fail: vec![0usize; n],
-            depth: vec![0u32; n],
+            depth,
         };
-        trie.link();
+        // Breadth-first is number order: a failure state, being
+        // shallower, is complete before the states that fail to it.
+        for t in 0..n {
+            if parent[t] != 0 {
+                let c = trie.edges[t - 1].0;
+                let mut f = trie.fail[parent[t] as usize];
+                trie.fail[t] = loop {
+                    if let Some(x) = trie.edge(f, c) {
+                        break x;
+                    }
+                    if f == 0 {
+                        break 0;
+                    }
+                    f = trie.fail[f];
+                };
+            }
+            trie.ends_at.push(trie.ends.len() as u32);
+            let (lo, hi) = own[t];
+            trie.ends
+                .extend_from_slice(&sorted[lo as usize..hi as usize]);
+            if t > 0 {
+                let f = trie.fail[t];
+                let inherited = trie.ends_at[f] as usize..trie.ends_at[f + 1] as usize;
+                trie.ends.extend_from_within(inherited);
+            }
+        }
+        trie.ends_at.push(trie.ends.len() as u32);
         trie
     }
 
-    fn edge(&self, s: usize, c: u8) -> Option<usize> {
-        self.edges[s]
-            .iter()
-            .find(|e| e.0 == c)
-            .map(|e| e.1 as usize)
+    /// How many states there are.
+    fn len(&self) -> usize {
+        self.depth.len()
     }
 
-    /// Breadth-first: failure links, depths, and each state's matches.
-    fn link(&mut self) {
-        let mut at = 0;
-        while at < self.order.len() {
-            let s = self.order[at];
-            at += 1;
-            for k in 0..self.edges[s].len() {
-                let (c, t) = self.edges[s][k];
-                let t = t as usize;
-                self.fail[t] = if s == 0 {
-                    0
-                } else {
-                    let mut f = self.fail[s];
-                    loop {
-                        if let Some(x) = self.edge(f, c) {
-                            break x;
-                        }
-                        if f == 0 {
-                            break 0;
-                        }
-                        f = self.fail[f];
-                    }
-                };
-                self.depth[t] = self.depth[s] + 1;
-                let inherited = self.ends[self.fail[t]].clone();
-                self.ends[t].extend(inherited);
-                self.order.push(t);
-            }
-        }
+    /// State `s`'s edges, (class, state), in class order.
+    fn edges(&self, s: usize) -> &[(u8, u32)] {
+        &self.edges[self.first[s] as usize..self.first[s + 1] as usize]
+    }
+
+    /// The patterns that end at state `s`.
+    fn ends(&self, s: usize) -> &[u32] {
+        &self.ends[self.ends_at[s] as usize..self.ends_at[s + 1] as usize]
+    }
+
+    fn edge(&self, s: usize, c: u8) -> Option<usize> {
+        let edges = self.edges(s);
+        edges
+            .binary_search_by_key(&c, |e| e.0)
+            .ok()
+            .map(|i| edges[i].1 as usize)
     }
 }
 
@@ -556,13 +605,13 @@ struct Layout {
 
 impl Layout {
     fn number(trie: &Trie, chain_depth: Option<u32>, shift: u32) -> Option<Layout> {
-        let n = trie.edges.len();
+        let n = trie.len();
         let chain: Vec<bool> = (0..n)
-            .map(|s| chain_depth.is_some_and(|d| trie.depth[s] >= d && trie.edges[s].len() <= 1))
+            .map(|s| chain_depth.is_some_and(|d| trie.depth[s] >= d && trie.edges(s).len() <= 1))
             .collect();
-        let is_plain_row = |s: usize| !chain[s] && trie.ends[s].is_empty();
-        let plain = trie.order.iter().filter(|&&s| is_plain_row(s)).count();
-        let rows = trie.order.iter().filter(|&&s| !chain[s]).count();
+        let is_plain_row = |s: usize| !chain[s] && trie.ends(s).is_empty();
+        let plain = (0..n).filter(|&s| is_plain_row(s)).count();
+        let rows = (0..n).filter(|&s| !chain[s]).count();
         // State numbers (see SPECIAL and CHAIN) must leave the two flag bits
         // free: rows << shift is at most `max_table` (2^26), chains fewer.
         if (rows << shift) as u64 >= u64::from(CHAIN) || (n - rows) as u64 >= u64::from(CHAIN) {
@@ -571,7 +620,7 @@ impl Layout {
         let mut new_of = vec![0u32; n];
         let (mut next_plain, mut next_match) = (0u32, plain as u32);
         let mut chain_order = Vec::with_capacity(n - rows);
-        for &s in &trie.order {
+        for s in 0..n {
             if chain[s] {
                 // A chain's head is the first of its states met
                 // breadth-first; the states below it are numbered with it
@@ -583,13 +632,13 @@ impl Layout {
                 loop {
                     new_of[c] = SPECIAL | CHAIN | chain_order.len() as u32;
                     chain_order.push(c);
-                    match trie.edges[c].first() {
+                    match trie.edges(c).first() {
                         Some(&(_, t)) if chain[t as usize] => c = t as usize,
                         _ => break,
                     }
                 }
             } else {
-                let (slot, flag) = if trie.ends[s].is_empty() {
+                let (slot, flag) = if trie.ends(s).is_empty() {
                     (&mut next_plain, 0)
                 } else {
                     (&mut next_match, SPECIAL)
@@ -600,7 +649,7 @@ impl Layout {
         }
         debug_assert_eq!(chain_order.len(), n - rows);
         let mut by_row = vec![0usize; rows];
-        for &s in trie.order.iter().filter(|&&s| !chain[s]) {
+        for s in (0..n).filter(|&s| !chain[s]) {
             by_row[((new_of[s] & !SPECIAL) >> shift) as usize] = s;
         }
         Some(Layout {
@@ -626,7 +675,7 @@ impl Layout {
         let mut trans =
             vec![0u32; (self.rows << self.shift).next_power_of_two()].into_boxed_slice();
         let mut passed = Vec::new();
-        for &s in trie.order.iter().filter(|&&s| !self.chain[s]) {
+        for s in (0..trie.len()).filter(|&s| !self.chain[s]) {
             let row = self.row_of(s);
             if s == 0 {
                 trans[row..row + n_classes].fill(self.new_of[0]);
@@ -640,12 +689,12 @@ impl Layout {
                 let from = self.row_of(f);
                 trans.copy_within(from..from + n_classes, row);
                 for &p in passed.iter().rev() {
-                    for &(c, t) in &trie.edges[p] {
+                    for &(c, t) in trie.edges(p) {
                         trans[row + c as usize] = self.new_of[t as usize];
                     }
                 }
             }
-            for &(c, t) in &trie.edges[s] {
+            for &(c, t) in trie.edges(s) {
                 trans[row + c as usize] = self.new_of[t as usize];
             }
         }
@@ -660,19 +709,19 @@ impl Layout {
         let mut offsets = vec![0u32];
         let mut pids = Vec::new();
         for &s in &self.by_row[self.plain..] {
-            pids.extend_from_slice(&trie.ends[s]);
+            pids.extend_from_slice(trie.ends(s));
             offsets.push(pids.len() as u32);
         }
         let mut links = vec![Link::default(); self.chain_order.len().next_power_of_two()];
         for (k, &s) in self.chain_order.iter().enumerate() {
-            let (edge, next) = match trie.edges[s].first() {
+            let (edge, next) = match trie.edges(s).first() {
                 Some(&(c, t)) => (u32::from(c), self.new_of[t as usize]),
                 None => (NO_EDGE, 0),
             };
-            let matches = if trie.ends[s].is_empty() {
+            let matches = if trie.ends(s).is_empty() {
                 NO_MATCH
             } else {
-                pids.extend_from_slice(&trie.ends[s]);
+                pids.extend_from_slice(trie.ends(s));
                 offsets.push(pids.len() as u32);
                 offsets.len() as u32 - 2
             };
@@ -777,6 +826,34 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// The trie is built from the patterns sorted, whatever their order
+    /// and repeats: a pattern given twice reports both ids, a prefix of
+    /// another its own, and each state's matches come as they were when
+    /// the trie was built in pattern order (own ids in order, then its
+    /// failure state's).
+    #[test]
+    fn unsorted_repeated_and_prefix_patterns() {
+        let atoms = bytes(&["limits", "limit", "imit", "limit", "a", "rate limit"]);
+        let sorted = sorted_ids(&atoms);
+        assert_eq!(trie_states(&atoms, &sorted), 1 + 6 + 4 + 1 + 10);
+        let (classes, _) = byte_classes(&atoms);
+        let trie = Trie::build(&atoms, &sorted, &classes);
+        assert_eq!(trie.len(), 1 + 6 + 4 + 1 + 10);
+        let state_of = |text: &[u8]| {
+            text.iter().fold(0usize, |s, &b| {
+                trie.edge(s, classes[b as usize]).expect("a prefix")
+            })
+        };
+        assert_eq!(trie.ends(state_of(b"limit")), &[1, 3, 2]);
+        assert_eq!(trie.ends(state_of(b"rate limit")), &[5, 1, 3, 2]);
+        assert_eq!(trie.ends(state_of(b"ra")), &[4]);
+        for scanner in tables(&atoms) {
+            for hay in [&b"rate limits"[..], b"a limit", b"imi", b""] {
+                assert_eq!(found(&scanner, hay), naive(&atoms, hay), "{hay:?}");
             }
         }
     }

@@ -270,16 +270,29 @@ pub(crate) type CmdResult = Result<i32, Stop>;
 /// Loads the ruleset for a command. Rules with errors print their
 /// diagnostics to stderr and stop the command with exit code 1.
 pub(crate) fn load_engine(rules: &RulesArgs) -> Result<Engine, Stop> {
-    // Warnings are `check`'s to show: the lints are not run here.
-    let build = load::build_unlinted(&rules.dirs, !rules.no_defaults)?;
-    let engine = Engine::from_build(build).map_err(|d| {
-        eprint!("{}", paint_diagnostics(&d.render()));
-        eprintln!("error: the rules have errors; run `failover check` for details");
-        Stop::Reported(1)
-    })?;
-    Ok(match rules.model()? {
-        Some((model, threshold)) => engine.with_model(model, threshold),
-        None => engine,
+    // The model is decoded on another thread while the rules compile: it
+    // does not depend on them, and each is milliseconds of a command's
+    // start-up. Its result is looked at after the rules', as before, so
+    // the same problem is reported first.
+    std::thread::scope(|scope| {
+        let model = (!rules.no_model).then(|| scope.spawn(|| rules.model()));
+        // Warnings are `check`'s to show: the lints are not run here.
+        let build = load::build_unlinted(&rules.dirs, !rules.no_defaults)?;
+        let engine = Engine::from_build(build).map_err(|d| {
+            eprint!("{}", paint_diagnostics(&d.render()));
+            eprintln!("error: the rules have errors; run `failover check` for details");
+            Stop::Reported(1)
+        })?;
+        let model = match model {
+            Some(thread) => thread
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?,
+            None => rules.model()?,
+        };
+        Ok(match model {
+            Some((model, threshold)) => engine.with_model(model, threshold),
+            None => engine,
+        })
     })
 }
 
