@@ -430,13 +430,21 @@ impl Engine {
     /// engine, so that no request pays for either. The verdicts are the
     /// same either way.
     pub fn warm(&self) {
+        let mut regexes = Vec::new();
+        for rule in &self.ruleset.rules {
+            rule.cond.for_each_regex(&mut |re| regexes.push(re));
+        }
+        // Side by side, as the compile builds an operator's regexes.
+        crate::compile::par_map(
+            &regexes,
+            regexes.len() / 8,
+            |re| re.source.len(),
+            |re| {
+                re.runnable();
+            },
+        );
         if let Some(scanner) = &self.plan.atoms {
             scanner.build_table();
-        }
-        for rule in &self.ruleset.rules {
-            rule.cond.for_each_regex(&mut |re| {
-                re.runnable();
-            });
         }
     }
 
