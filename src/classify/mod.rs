@@ -421,16 +421,30 @@ impl Engine {
         self.decider_of(index) == Decider::Rule
     }
 
-    /// Builds now every regex left for its first use. The embedded
-    /// defaults' regexes are built the first time they run, so that a
-    /// command classifying one message starts fast; a server calls this
-    /// once it has its engine, so no request pays for building one (half a
-    /// millisecond or so each). The verdicts are the same either way.
+    /// Builds now what is otherwise built on first use, so that a command
+    /// classifying one message starts fast: the embedded defaults'
+    /// regexes, each the first time it runs (half a millisecond or so
+    /// each), and the atom scan's table, after a thousand messages (some
+    /// 3 ms; until then the scan follows the atoms' trie, a microsecond or
+    /// so slower per message). A server calls this once it has its
+    /// engine, so that no request pays for either. The verdicts are the
+    /// same either way.
     pub fn warm(&self) {
+        let mut regexes = Vec::new();
         for rule in &self.ruleset.rules {
-            rule.cond.for_each_regex(&mut |re| {
+            rule.cond.for_each_regex(&mut |re| regexes.push(re));
+        }
+        // Side by side, as the compile builds an operator's regexes.
+        crate::compile::par_map(
+            &regexes,
+            regexes.len() / 8,
+            |re| re.source.len(),
+            |re| {
                 re.runnable();
-            });
+            },
+        );
+        if let Some(scanner) = &self.plan.atoms {
+            scanner.build_table();
         }
     }
 

@@ -242,7 +242,7 @@ const PARSE_BYTES_PER_THREAD: usize = 16 << 10;
 /// has) that take the items one at a time, the costliest first by
 /// `cost`: files and regexes differ in cost by a hundred times, so a
 /// fixed share each left a thread idle while another worked on.
-fn par_map<T: Sync, R: Send>(
+pub(crate) fn par_map<T: Sync, R: Send>(
     items: &[T],
     threads: usize,
     cost: impl Fn(&T) -> usize,

@@ -295,7 +295,8 @@ fn contained_atom(atoms: &Patterns, scanner: &Scanner, lit: &[u8]) -> Option<u32
         return Some(id);
     }
     let mut bits = vec![0u64; atoms.list.len().div_ceil(64)];
-    scanner.scan_bits(lit, &mut bits, &mut 0);
+    // A probe: building the plan does not build the scan's table.
+    scanner.probe(lit, |pid| bits[pid / 64] |= 1u64 << (pid % 64));
     let mut best: Option<usize> = None;
     for (w, &word) in bits.iter().enumerate() {
         let mut rest = word;

@@ -50,6 +50,15 @@
 //! When the table would pass 2^26 entries (states × row width: some
 //! hundreds of thousands of states), the `aho-corasick` crate's compact
 //! NFA scans instead, one chain.
+//!
+//! The table is built from the trie when it pays for itself: after
+//! [`TABLE_AFTER`] scans, or when the engine is warmed (a server warms it
+//! before it serves). Until then a scan walks the trie, following failure
+//! links: a command line's `classify` reads one message, and building
+//! the default atoms' table was a fifth of its start-up.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 
 use aho_corasick::automaton::Automaton;
 use aho_corasick::nfa::contiguous;
@@ -63,9 +72,17 @@ const PIECES: usize = 4;
 /// The largest table built, in entries (256 MiB of `u32`).
 const MAX_TABLE: usize = 1 << 26;
 
+/// Texts a scanner reads through its trie before it builds its table.
+/// Building the default atoms' table takes some 3 ms and touches 3 MB
+/// (most of a command line's `classify`, which reads one message); a
+/// scan through the trie's failure links costs about a microsecond more
+/// than through the table: after this many, the table pays for itself.
+const TABLE_AFTER: u32 = 1024;
+
 #[derive(Debug)]
 pub(crate) enum Scanner {
-    Dfa(Dfa),
+    /// The trie, and the table built from it once it pays ([`Lazy`]).
+    Table(Box<Lazy>),
     Nfa(contiguous::NFA),
 }
 
@@ -77,14 +94,31 @@ impl Scanner {
     }
 
     fn build_within(patterns: &[Vec<u8>], max_table: usize) -> Scanner {
-        match Dfa::from_patterns(patterns, max_table, Some(CHAIN_DEPTH)) {
-            Some(dfa) => Scanner::Dfa(dfa),
+        match Lazy::new(patterns, max_table, Some(CHAIN_DEPTH)) {
+            Some(lazy) => Scanner::Table(Box::new(lazy)),
             None => Scanner::Nfa(
                 contiguous::NFA::builder()
                     .match_kind(MatchKind::Standard)
                     .build(patterns)
                     .expect("literal patterns always build"),
             ),
+        }
+    }
+
+    /// Builds the table now if it is not built yet, so that no later scan
+    /// pays for it (`Engine::warm`).
+    pub(crate) fn build_table(&self) {
+        if let Scanner::Table(lazy) = self {
+            lazy.table();
+        }
+    }
+
+    /// [`Scanner::scan`] that never counts towards building the table:
+    /// for the lookups of the plan while it is built.
+    pub(crate) fn probe(&self, haystack: &[u8], hit: impl FnMut(usize)) {
+        match self {
+            Scanner::Table(lazy) => lazy.scan(haystack, hit, false),
+            Scanner::Nfa(_) => self.scan(haystack, hit),
         }
     }
 
@@ -105,7 +139,7 @@ impl Scanner {
     #[inline]
     pub(crate) fn scan(&self, haystack: &[u8], mut hit: impl FnMut(usize)) {
         match self {
-            Scanner::Dfa(dfa) => dfa.scan(haystack, hit),
+            Scanner::Table(lazy) => lazy.scan(haystack, hit, true),
             Scanner::Nfa(nfa) => {
                 let mut sid = nfa
                     .start_state(Anchored::No)
@@ -120,6 +154,85 @@ impl Scanner {
                 }
             }
         }
+    }
+}
+
+/// The trie of the atoms, and the table built from it the first time it
+/// pays: after [`TABLE_AFTER`] scans, or when asked. A command that
+/// classifies one message never builds it.
+#[derive(Debug)]
+pub(crate) struct Lazy {
+    trie: Trie,
+    classes: [u8; 256],
+    n_classes: usize,
+    shift: u32,
+    chain_depth: Option<u32>,
+    /// `Some(None)`: the table could not be built (the trie scans on).
+    table: OnceLock<Option<Dfa>>,
+    /// Scans through the trie so far.
+    scans: AtomicU32,
+}
+
+impl Lazy {
+    /// The trie of `patterns`; `None` when their table would exceed
+    /// `max_table` entries ([`MAX_TABLE`]). `chain_depth` is the table's
+    /// (see [`Dfa::from_trie`]).
+    fn new(patterns: &[Vec<u8>], max_table: usize, chain_depth: Option<u32>) -> Option<Lazy> {
+        let (classes, n_classes) = byte_classes(patterns);
+        let shift = n_classes.next_power_of_two().trailing_zeros();
+        // The size, before building anything.
+        let sorted = sorted_ids(patterns);
+        let states = trie_states(patterns, &sorted);
+        if states << shift > max_table {
+            return None;
+        }
+        Some(Lazy {
+            trie: Trie::build(patterns, &sorted, states, &classes),
+            classes,
+            n_classes,
+            shift,
+            chain_depth,
+            table: OnceLock::new(),
+            scans: AtomicU32::new(0),
+        })
+    }
+
+    /// The table, built now if it is not yet.
+    fn table(&self) -> Option<&Dfa> {
+        self.table
+            .get_or_init(|| {
+                Dfa::from_trie(
+                    &self.trie,
+                    self.classes,
+                    self.n_classes,
+                    self.shift,
+                    self.chain_depth,
+                )
+            })
+            .as_ref()
+    }
+
+    /// Scans with the table once it is built; before, through the trie,
+    /// counting the scan when `count`.
+    #[inline]
+    fn scan(&self, haystack: &[u8], hit: impl FnMut(usize), count: bool) {
+        match self.table.get() {
+            Some(Some(dfa)) => dfa.scan(haystack, hit),
+            _ => self.scan_before_table(haystack, hit, count),
+        }
+    }
+
+    #[inline(never)]
+    fn scan_before_table(&self, haystack: &[u8], hit: impl FnMut(usize), count: bool) {
+        if count
+            && self.table.get().is_none()
+            && self.scans.fetch_add(1, Ordering::Relaxed) + 1 >= TABLE_AFTER
+        {
+            if let Some(dfa) = self.table() {
+                return dfa.scan(haystack, hit);
+            }
+        }
+        self.trie.scan(&self.classes, haystack, hit);
     }
 }
 
@@ -195,24 +308,18 @@ impl Dfa {
     /// costs O(1); copying the crate's NFA state by state cost a walk of
     /// failure links per entry (6 ms for the default atoms, now under 1).
     /// `chain_depth`: the least depth of a chain state (`None`: every state
-    /// has a row). `None` when the table would exceed `max_table` entries
-    /// ([`MAX_TABLE`]).
-    fn from_patterns(
-        patterns: &[Vec<u8>],
-        max_table: usize,
+    /// has a row). `None` when the state numbers would not leave the flag
+    /// bits free (never within [`MAX_TABLE`]).
+    fn from_trie(
+        trie: &Trie,
+        classes: [u8; 256],
+        n_classes: usize,
+        shift: u32,
         chain_depth: Option<u32>,
     ) -> Option<Dfa> {
-        let (classes, n_classes) = byte_classes(patterns);
-        let shift = n_classes.next_power_of_two().trailing_zeros();
-        // The size, before building anything.
-        let sorted = sorted_ids(patterns);
-        if trie_states(patterns, &sorted) << shift > max_table {
-            return None;
-        }
-        let trie = Trie::build(patterns, &sorted, &classes);
-        let layout = Layout::number(&trie, chain_depth, shift)?;
-        let trans = layout.rows_table(&trie, n_classes);
-        let (links, offsets, pids) = layout.matches(&trie);
+        let layout = Layout::number(trie, chain_depth, shift)?;
+        let trans = layout.rows_table(trie, n_classes);
+        let (links, offsets, pids) = layout.matches(trie);
         let depth = layout
             .by_row
             .iter()
@@ -438,9 +545,13 @@ fn byte_classes(patterns: &[Vec<u8>]) -> ([u8; 256], usize) {
 /// The patterns' ids in byte order (equal patterns by id), which is
 /// their order by class too: classes number the bytes in order.
 fn sorted_ids(patterns: &[Vec<u8>]) -> Vec<u32> {
-    let mut sorted: Vec<u32> = (0..patterns.len() as u32).collect();
-    sorted.sort_by(|&a, &b| patterns[a as usize].cmp(&patterns[b as usize]));
-    sorted
+    let mut sorted: Vec<(&[u8], u32)> = patterns
+        .iter()
+        .zip(0..)
+        .map(|(p, id)| (p.as_slice(), id))
+        .collect();
+    sorted.sort_unstable();
+    sorted.into_iter().map(|(_, id)| id).collect()
 }
 
 /// The trie's size without building it: one state per distinct prefix,
@@ -466,6 +577,7 @@ fn trie_states(patterns: &[Vec<u8>], sorted: &[u32]) -> usize {
 /// prefixes of length `d`, in sorted order. (A `Vec` of edges and one of
 /// matches per state, for the default atoms' 22,000 states, made building
 /// the trie half of building the scanner.)
+#[derive(Debug)]
 struct Trie {
     /// The edge into state `t` is `edges[t - 1]`: (its class, `t`).
     edges: Vec<(u8, u32)>,
@@ -478,89 +590,92 @@ struct Trie {
     ends_at: Vec<u32>,
     fail: Vec<usize>,
     depth: Vec<u32>,
+    /// The start's edges by class (0: none; no edge leads to the start):
+    /// every failure path ends there, so it is asked most, and it has the
+    /// most edges.
+    root: [u32; 256],
 }
 
 impl Trie {
-    /// `sorted` is `patterns` in [`sorted_ids`]' order.
-    fn build(patterns: &[Vec<u8>], sorted: &[u32], classes: &[u8; 256]) -> Trie {
+    /// `sorted` is `patterns` in [`sorted_ids`]' order, `states` their
+    /// [`trie_states`] (each array is allocated once, at its size).
+    fn build(patterns: &[Vec<u8>], sorted: &[u32], states: usize, classes: &[u8; 256]) -> Trie {
         let byte = |i: usize, d: usize| patterns[sorted[i] as usize].get(d).copied();
-        let mut edges: Vec<(u8, u32)> = Vec::new();
-        let mut first: Vec<u32> = Vec::new();
-        let mut parent: Vec<u32> = vec![0];
-        let mut depth: Vec<u32> = vec![0];
-        // Each state's own patterns, as a range of `sorted`.
-        let mut own: Vec<(u32, u32)> = vec![(0, 0)];
-        // The states of depth `d`, each with the range of `sorted` that
-        // starts with its prefix; states are met in number order.
-        let mut level: Vec<(u32, usize, usize)> = vec![(0, 0, sorted.len())];
-        let mut below: Vec<(u32, usize, usize)> = Vec::new();
+        let mut trie = Trie {
+            edges: Vec::with_capacity(states),
+            first: Vec::with_capacity(states + 1),
+            ends: Vec::new(),
+            ends_at: Vec::with_capacity(states + 1),
+            fail: Vec::with_capacity(states),
+            depth: Vec::with_capacity(states),
+            root: [0; 256],
+        };
+        trie.depth.push(0);
+        // The states of depth `d`, met in number order, each with its
+        // parent, the class of its edge, and the range of `sorted` that
+        // starts with its prefix.
+        let mut level: Vec<(u32, u8, usize, usize)> = vec![(0, 0, 0, sorted.len())];
+        let mut below: Vec<(u32, u8, usize, usize)> = Vec::new();
         let mut d = 0usize;
         while !level.is_empty() {
-            for &(s, lo, hi) in &level {
-                // The patterns that end here sort before the longer ones.
+            for &(parent, c, lo, hi) in &level {
+                let s = trie.first.len();
+                trie.first.push(trie.edges.len() as u32);
+                // The failure state is shallower: its edges, and those of
+                // every state on its failure path, are all made.
+                let fail = if d < 2 {
+                    0
+                } else {
+                    let mut f = trie.fail[parent as usize];
+                    loop {
+                        if let Some(x) = trie.edge(f, c) {
+                            break x;
+                        }
+                        if f == 0 {
+                            break 0;
+                        }
+                        f = trie.fail[f];
+                    }
+                };
+                trie.fail.push(fail);
+                // Its own patterns (they sort before the longer ones), then
+                // its failure state's, already complete.
                 let mut i = lo;
                 while i < hi && byte(i, d).is_none() {
                     i += 1;
                 }
-                own[s as usize] = (lo as u32, i as u32);
-                first.push(edges.len() as u32);
+                trie.ends_at.push(trie.ends.len() as u32);
+                trie.ends.extend_from_slice(&sorted[lo..i]);
+                if s > 0 {
+                    let inherited = trie.ends_at[fail] as usize..trie.ends_at[fail + 1] as usize;
+                    trie.ends.extend_from_within(inherited);
+                }
                 while i < hi {
                     let b = byte(i, d);
                     let mut j = i + 1;
                     while j < hi && byte(j, d) == b {
                         j += 1;
                     }
-                    let t = parent.len() as u32;
-                    edges.push((classes[usize::from(b.unwrap_or_default())], t));
-                    parent.push(s);
-                    depth.push(d as u32 + 1);
-                    own.push((0, 0));
-                    below.push((t, i, j));
+                    let t = trie.edges.len() as u32 + 1;
+                    let class = classes[usize::from(b.unwrap_or_default())];
+                    trie.edges.push((class, t));
+                    trie.depth.push(d as u32 + 1);
+                    below.push((s as u32, class, i, j));
                     i = j;
+                }
+            }
+            if d == 0 {
+                for &(c, t) in &trie.edges {
+                    trie.root[usize::from(c)] = t;
                 }
             }
             std::mem::swap(&mut level, &mut below);
             below.clear();
             d += 1;
         }
-        first.push(edges.len() as u32);
-        let n = parent.len();
-        debug_assert_eq!(n, trie_states(patterns, sorted));
-        let mut trie = Trie {
-            edges,
-            first,
-            ends: Vec::new(),
-            ends_at: Vec::with_capacity(n + 1),
-            fail: vec![0usize; n],
-            depth,
-        };
-        // Breadth-first is number order: a failure state, being
-        // shallower, is complete before the states that fail to it.
-        for t in 0..n {
-            if parent[t] != 0 {
-                let c = trie.edges[t - 1].0;
-                let mut f = trie.fail[parent[t] as usize];
-                trie.fail[t] = loop {
-                    if let Some(x) = trie.edge(f, c) {
-                        break x;
-                    }
-                    if f == 0 {
-                        break 0;
-                    }
-                    f = trie.fail[f];
-                };
-            }
-            trie.ends_at.push(trie.ends.len() as u32);
-            let (lo, hi) = own[t];
-            trie.ends
-                .extend_from_slice(&sorted[lo as usize..hi as usize]);
-            if t > 0 {
-                let f = trie.fail[t];
-                let inherited = trie.ends_at[f] as usize..trie.ends_at[f + 1] as usize;
-                trie.ends.extend_from_within(inherited);
-            }
-        }
+        trie.first.push(trie.edges.len() as u32);
         trie.ends_at.push(trie.ends.len() as u32);
+        debug_assert_eq!(trie.len(), states);
         trie
     }
 
@@ -580,11 +695,36 @@ impl Trie {
     }
 
     fn edge(&self, s: usize, c: u8) -> Option<usize> {
-        let edges = self.edges(s);
-        edges
-            .binary_search_by_key(&c, |e| e.0)
-            .ok()
-            .map(|i| edges[i].1 as usize)
+        if s == 0 {
+            return Some(self.root[usize::from(c)] as usize).filter(|&t| t != 0);
+        }
+        // Below the start most states have one edge, few more than a handful.
+        self.edges(s)
+            .iter()
+            .find(|e| e.0 == c)
+            .map(|e| e.1 as usize)
+    }
+
+    /// Calls `hit` with the pattern id of every occurrence in `haystack`,
+    /// the textbook way: on a byte with no edge, the failure links are
+    /// followed until one has it.
+    fn scan(&self, classes: &[u8; 256], haystack: &[u8], mut hit: impl FnMut(usize)) {
+        let mut s = 0usize;
+        for &b in haystack {
+            let c = classes[b as usize];
+            s = loop {
+                if let Some(t) = self.edge(s, c) {
+                    break t;
+                }
+                if s == 0 {
+                    break 0;
+                }
+                s = self.fail[s];
+            };
+            for &pid in self.ends(s) {
+                hit(pid as usize);
+            }
+        }
     }
 }
 
@@ -755,9 +895,10 @@ mod tests {
             .collect()
     }
 
+    /// What a scanner finds (a probe: a trie never builds its table).
     fn found(scanner: &Scanner, hay: &[u8]) -> Vec<usize> {
         let mut found = Vec::new();
-        scanner.scan(hay, |pid| found.push(pid));
+        scanner.probe(hay, |pid| found.push(pid));
         found.sort_unstable();
         found.dedup();
         found
@@ -767,18 +908,33 @@ mod tests {
         atoms.iter().map(|a| a.as_bytes().to_vec()).collect()
     }
 
-    /// The table four ways: chain states from depth 1 (nearly every
-    /// state), from depth 4 (chains below branching rows, for short test
-    /// atoms), from the default depth, and none (every state a row).
-    fn tables(atoms: &[Vec<u8>]) -> [Scanner; 4] {
-        [Some(1), Some(4), Some(CHAIN_DEPTH), None]
-            .map(|depth| Scanner::Dfa(Dfa::from_patterns(atoms, MAX_TABLE, depth).expect("small")))
+    /// The scanner with its table built, chain states from `depth`.
+    fn table_at(atoms: &[Vec<u8>], depth: Option<u32>) -> Scanner {
+        let lazy = Lazy::new(atoms, MAX_TABLE, depth).expect("small");
+        assert!(lazy.table().is_some());
+        Scanner::Table(Box::new(lazy))
     }
 
-    fn shape(scanner: &Scanner) -> (usize, usize) {
+    /// The table four ways: chain states from depth 1 (nearly every
+    /// state), from depth 4 (chains below branching rows, for short test
+    /// atoms), from the default depth, and none (every state a row); and
+    /// the trie its table is built from, scanning before it is.
+    fn tables(atoms: &[Vec<u8>]) -> [Scanner; 5] {
+        let trie = Lazy::new(atoms, MAX_TABLE, Some(CHAIN_DEPTH)).expect("small");
+        [
+            table_at(atoms, Some(1)),
+            table_at(atoms, Some(4)),
+            table_at(atoms, Some(CHAIN_DEPTH)),
+            table_at(atoms, None),
+            Scanner::Table(Box::new(trie)),
+        ]
+    }
+
+    /// The table's rows and chain states (`None`: no table, yet).
+    fn shape(scanner: &Scanner) -> Option<(usize, usize)> {
         match scanner {
-            Scanner::Dfa(dfa) => dfa.shape(),
-            Scanner::Nfa(_) => panic!("a table was expected"),
+            Scanner::Table(lazy) => lazy.table.get().and_then(Option::as_ref).map(Dfa::shape),
+            Scanner::Nfa(_) => None,
         }
     }
 
@@ -791,11 +947,7 @@ mod tests {
         // to "rate limit " (11 states below the start) that branches there.
         let atoms = bytes(&["rate limit exceeded", "rate limit reached", "tpm"]);
         let states = 1 + "rate limit ".len() + "exceeded".len() + "reached".len() + 3;
-        let shape_at = |depth| {
-            shape(&Scanner::Dfa(
-                Dfa::from_patterns(&atoms, MAX_TABLE, depth).expect("small"),
-            ))
-        };
+        let shape_at = |depth| shape(&table_at(&atoms, depth)).expect("a table");
         assert_eq!(shape_at(None), (states, 0));
         // From depth 3: the start, "r", "ra", "t", "tp" and the branching
         // "rate limit " keep rows.
@@ -812,7 +964,7 @@ mod tests {
     #[test]
     fn finds_atoms_everywhere() {
         let atoms = bytes(&["rate limit", "overloaded", "tpm"]);
-        assert!(matches!(Scanner::build(&atoms), Scanner::Dfa(_)));
+        assert!(matches!(Scanner::build(&atoms), Scanner::Table(_)));
         for scanner in tables(&atoms) {
             for len in [50usize, 95, 96, 97, 98, 99, 127, 128, 300, 1001] {
                 for (atom, a) in atoms.iter().enumerate() {
@@ -841,7 +993,7 @@ mod tests {
         let sorted = sorted_ids(&atoms);
         assert_eq!(trie_states(&atoms, &sorted), 1 + 6 + 4 + 1 + 10);
         let (classes, _) = byte_classes(&atoms);
-        let trie = Trie::build(&atoms, &sorted, &classes);
+        let trie = Trie::build(&atoms, &sorted, 22, &classes);
         assert_eq!(trie.len(), 1 + 6 + 4 + 1 + 10);
         let state_of = |text: &[u8]| {
             text.iter().fold(0usize, |s, &b| {
@@ -858,6 +1010,39 @@ mod tests {
         }
     }
 
+    /// The trie scans until the table pays: the table is built by the
+    /// [`TABLE_AFTER`]th counted scan (probes do not count), or at once
+    /// when asked; what is found is the same throughout.
+    #[test]
+    fn the_table_is_built_once_it_pays() {
+        let atoms = bytes(&["rate limit", "limit", "overloaded", "tpm"]);
+        let hay = b"your rate limit was hit: 100 tpm";
+        let scan = |scanner: &Scanner| {
+            let mut found = Vec::new();
+            scanner.scan(hay, |pid| found.push(pid));
+            found.sort_unstable();
+            found.dedup();
+            found
+        };
+        let scanner = Scanner::build(&atoms);
+        for _ in 0..2 * TABLE_AFTER {
+            assert_eq!(found(&scanner, hay), naive(&atoms, hay));
+        }
+        assert_eq!(shape(&scanner), None, "probes do not build the table");
+        for _ in 1..TABLE_AFTER {
+            assert_eq!(scan(&scanner), naive(&atoms, hay));
+        }
+        assert_eq!(shape(&scanner), None);
+        assert_eq!(scan(&scanner), naive(&atoms, hay));
+        assert!(shape(&scanner).is_some(), "built by the last scan");
+        assert_eq!(scan(&scanner), naive(&atoms, hay));
+
+        let asked = Scanner::build(&atoms);
+        asked.build_table();
+        assert!(shape(&asked).is_some());
+        assert_eq!(found(&asked, hay), naive(&atoms, hay));
+    }
+
     /// Past the size limit the compact NFA scans instead, and finds the
     /// same atoms.
     #[test]
@@ -866,7 +1051,7 @@ mod tests {
         let small = Scanner::build_within(&atoms, 64);
         assert!(matches!(small, Scanner::Nfa(_)));
         let big = Scanner::build(&atoms);
-        assert!(matches!(big, Scanner::Dfa(_)));
+        assert!(matches!(big, Scanner::Table(_)));
         for hay in [
             &b"your rate limit was hit: 100 tpm"[..],
             b"overloaded overloaded limit",
@@ -945,7 +1130,10 @@ mod tests {
         atoms.sort();
         atoms.dedup();
         let tables = tables(&atoms);
-        assert!(shape(&tables[1]).1 > 0, "depth 4 builds chains");
+        assert!(
+            shape(&tables[1]).expect("a table").1 > 0,
+            "depth 4 builds chains"
+        );
         let nfa = Scanner::build_within(&atoms, 1);
         assert!(matches!(nfa, Scanner::Nfa(_)));
         for len in [0usize, 1, 5, 40, 95, 96, 97, 200, 513] {

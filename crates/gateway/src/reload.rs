@@ -310,8 +310,8 @@ pub(crate) fn build(
     let build = failover::rules::build(&sources.rules, !sources.no_defaults)
         .map_err(|e| Error::invalid(format!("error: {e}")))?;
     let engine = Engine::from_build(build).map_err(|d| Error::invalid(d.render()))?;
-    // The embedded defaults' regexes are built on first use; here, before
-    // the set serves, so no request pays for building one.
+    // The embedded defaults' regexes and the atom scan's table are built
+    // on first use; here, before the set serves, so no request pays.
     engine.warm();
     let classify = upstreams::classify_settings(&loaded.text).map_err(|p| render(&p))?;
     let (engine, model_bytes) = with_model(engine, sources, &classify).map_err(|e| match e {
