@@ -130,8 +130,14 @@ fn plan_shows_routes_and_regex_decisions() {
         .lines()
         .find(|l| l.starts_with("  + tests/plan"))
         .unwrap_or_else(|| panic!("no line for the layer:\n{costs}"));
-    assert!(layer.contains(" ms  (+") && layer.ends_with(" rules)"), "{layer}");
-    assert!(!costs.contains("defaults") && !costs.contains("the model"), "{costs}");
+    assert!(
+        layer.contains(" ms  (+") && layer.ends_with(" rules)"),
+        "{layer}"
+    );
+    assert!(
+        !costs.contains("defaults") && !costs.contains("the model"),
+        "{costs}"
+    );
     insta::assert_snapshot!(format!("{plan}\n"));
 }
 
