@@ -83,7 +83,7 @@ const TABLE_AFTER: u32 = 1024;
 pub(crate) enum Scanner {
     /// The trie, and the table built from it once it pays ([`Lazy`]).
     Table(Box<Lazy>),
-    Nfa(contiguous::NFA),
+    Nfa(Box<contiguous::NFA>),
 }
 
 impl Scanner {
@@ -96,12 +96,12 @@ impl Scanner {
     fn build_within(patterns: &[Vec<u8>], max_table: usize) -> Scanner {
         match Lazy::new(patterns, max_table, Some(CHAIN_DEPTH)) {
             Some(lazy) => Scanner::Table(Box::new(lazy)),
-            None => Scanner::Nfa(
+            None => Scanner::Nfa(Box::new(
                 contiguous::NFA::builder()
                     .match_kind(MatchKind::Standard)
                     .build(patterns)
                     .expect("literal patterns always build"),
-            ),
+            )),
         }
     }
 

@@ -144,9 +144,9 @@ pub struct Model {
     trained: Trained,
 }
 
-/// The sums are added [`LANES`] reasons at a time (one 16-byte row of a
-/// model of up to 16 reasons, widened to `i32`: what the compiler turns
-/// into a few vector instructions).
+/// The sums are added [`LANES`] reasons at a time: one 16-byte row of a
+/// model of up to 16 reasons, which the compiler widens and adds in a few
+/// vector instructions.
 const LANES: usize = 16;
 
 /// How a model was trained (kept in the file, shown by `model info`).
@@ -320,8 +320,8 @@ impl Scorer<'_> {
                         acc[i] += u16::from(row[i]);
                     }
                 }
-                for i in 0..LANES {
-                    self.text[block][i] += i32::from(acc[i]) - offset;
+                for (t, a) in self.text[block].iter_mut().zip(acc) {
+                    *t += i32::from(a) - offset;
                 }
             }
         }
