@@ -229,16 +229,15 @@ fn emit(sink: &mut impl Sink, words: &mut [Word; 2], cur: usize, has_prev: bool,
         for &c in w {
             h = fnv(h, c as u32);
         }
-        let mut pair = ['\0'; 2 * MAX_WORD_CHARS + 1];
-        let both: &[char] = if sink.reads_text() {
+        if sink.reads_text() {
+            let mut pair = ['\0'; 2 * MAX_WORD_CHARS + 1];
             pair[..p.len()].copy_from_slice(p);
             pair[p.len()] = ' ';
             pair[p.len() + 1..p.len() + 1 + w.len()].copy_from_slice(w);
-            &pair[..p.len() + 1 + w.len()]
+            sink.feature(Kind::Pair, &pair[..p.len() + 1 + w.len()], fmix(h));
         } else {
-            &[]
-        };
-        sink.feature(Kind::Pair, both, fmix(h));
+            sink.feature(Kind::Pair, &[], fmix(h));
+        }
         *n += 1;
     }
     word.buf[word.len] = '>';
