@@ -277,6 +277,22 @@ pub(crate) fn build_layers_with<B: Into<RulesBytes>>(
     with_defaults: bool,
     lints: Lints,
 ) -> Build {
+    // The defaults alone, used without the lints: read back as compiled
+    // ahead of time (`compile::frozen`) when the frozen file is theirs.
+    if operator.is_empty() && with_defaults && lints == Lints::Skip {
+        if let Some(build) = thaw_defaults() {
+            return build;
+        }
+    }
+    compile_layers(operator, with_defaults, lints)
+}
+
+/// [`build_layers_with`], compiled now.
+fn compile_layers<B: Into<RulesBytes>>(
+    operator: Vec<OperatorLayer<B>>,
+    with_defaults: bool,
+    lints: Lints,
+) -> Build {
     let mut sources = SourceMap::new();
     let mut layers = Vec::new();
     let mut early = Vec::new();
@@ -311,6 +327,30 @@ pub(crate) fn build_layers_with<B: Into<RulesBytes>>(
         });
     }
     compile::compile_with(sources, layers, early, lints)
+}
+
+/// The embedded defaults as frozen (`compile::frozen`), with their
+/// sources for rendering; `None` when the frozen file is not theirs.
+fn thaw_defaults() -> Option<Build> {
+    let (ruleset, plan) = compile::frozen::thaw(compile::frozen::DEFAULTS, DEFAULT_RULES)?;
+    let mut sources = SourceMap::new();
+    for (name, text) in DEFAULT_RULES {
+        sources.add(*name, *text);
+    }
+    Some(Build {
+        sources,
+        diagnostics: Vec::new(),
+        ruleset: Some(ruleset),
+        plan: Some(plan),
+        frozen: true,
+    })
+}
+
+/// The embedded defaults compiled now, never thawed: what the frozen file
+/// must equal.
+#[cfg(test)]
+pub(crate) fn compile_defaults_now() -> Build {
+    compile_layers(Vec::<OperatorLayer>::new(), true, Lints::Skip)
 }
 
 #[cfg(test)]

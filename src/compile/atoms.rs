@@ -729,7 +729,7 @@ fn class_members(class: &Class) -> Option<Vec<Vec<u8>>> {
 }
 
 /// One way a rule becomes a candidate: an atom scan hit or a table lookup.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Key {
     /// One of these atoms occurs in the lower-cased message.
     Atoms(Vec<Vec<u8>>),

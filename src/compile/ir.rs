@@ -14,7 +14,7 @@ use super::reasons::ReasonId;
 use crate::syntax::Span;
 
 /// One classification rule, in precedence order inside a [`super::Ruleset`].
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Rule {
     /// The stable dotted id (`billing.openrouter.key_limit`).
     pub id: String,
@@ -33,7 +33,7 @@ pub(crate) struct Rule {
 
 /// A condition tree. Text comparisons are ASCII case-insensitive: both
 /// sides are lower-cased (literals here, input once per message).
-#[derive(Debug, PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Expr {
     And(Vec<Expr>),
     Or(Vec<Expr>),
@@ -71,7 +71,7 @@ impl Expr {
 }
 
 /// Text-valued inputs a predicate can look at.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub(crate) enum TextField {
     Message,
     Provider,
@@ -84,7 +84,7 @@ pub(crate) enum TextField {
     BodyPath(Vec<String>),
 }
 
-#[derive(Debug, PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub(crate) enum TextTest {
     /// Equal to the (lower-cased) text.
     Eq(String),
@@ -103,12 +103,41 @@ pub(crate) enum TextTest {
 ///
 /// A message literal that is also a pattern of the atom automaton carries
 /// its pattern id: the scan already found whether it occurs, so verifying
-/// `has "…"` is one bit test instead of a second search.
-#[derive(Clone, Debug)]
+/// `has "…"` is one bit test instead of a second search. Frozen as its
+/// text and atom ([`LiteralText`]).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(into = "LiteralText", from = "LiteralText")]
 pub(crate) struct Literal {
     pub text: String,
     finder: memmem::Finder<'static>,
     pub(crate) atom: Option<u32>,
+}
+
+/// A [`Literal`] as it is frozen: the searcher is built again from the
+/// text.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct LiteralText {
+    text: String,
+    atom: Option<u32>,
+}
+
+impl From<Literal> for LiteralText {
+    fn from(l: Literal) -> Self {
+        LiteralText {
+            text: l.text,
+            atom: l.atom,
+        }
+    }
+}
+
+impl From<LiteralText> for Literal {
+    fn from(l: LiteralText) -> Self {
+        Literal {
+            finder: finder(l.text.as_bytes()),
+            text: l.text,
+            atom: l.atom,
+        }
+    }
 }
 
 impl Literal {
@@ -146,7 +175,7 @@ impl Literal {
 /// one atom set: the test is then an AND per word of the hit bitset, not
 /// a bit test per literal (lists of a hundred wordings are common, and
 /// one that fails tested every literal).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Literals {
     list: Vec<Literal>,
     pub(crate) atoms: Option<AtomSet>,
@@ -225,7 +254,7 @@ impl std::hash::Hash for Literal {
 }
 
 /// A compiled regex with the source it came from.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct CompiledRegex {
     /// As written, with slashes and flags: `/…/flags`.
     pub source: String,
@@ -235,7 +264,9 @@ pub(crate) struct CompiledRegex {
     /// (a bad one is a diagnostic); the embedded defaults' are built the
     /// first time they run: building all of them was most of the command
     /// line's start-up, and most never run for one message. The test suite
-    /// builds every default regex ([`crate::Engine::warm`]).
+    /// builds every default regex ([`crate::Engine::warm`]). Not frozen
+    /// (`super::frozen`): a thawed regex is built on its first use.
+    #[serde(skip)]
     pub(crate) regex: OnceLock<Regex>,
     pub on_lowercase: bool,
     /// What the atom scan can decide about this regex on the message
@@ -253,7 +284,7 @@ pub(crate) struct CompiledRegex {
 /// "did any of them occur" costs one AND per 64-id word the set touches,
 /// not one bit test per id: a gate of a long alternation holds up to
 /// hundreds of atoms, and a failing gate tested them all.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct AtomSet {
     /// (word index, bits), by word index.
     words: Box<[(u32, u64)]>,
@@ -374,7 +405,7 @@ impl std::hash::Hash for CompiledRegex {
 }
 
 /// A set of HTTP statuses as sorted, disjoint, inclusive ranges.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub(crate) struct StatusSet {
     ranges: Vec<(u16, u16)>,
 }
@@ -419,7 +450,7 @@ impl StatusSet {
 }
 
 /// What the scan can tell about a regex before it runs.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct RegexFacts {
     /// Every match contains at least one literal of each set: when some
     /// set has no scan hit, the regex cannot match and is not run.
@@ -447,7 +478,7 @@ pub(crate) struct RegexFacts {
 /// that are not. A literal branch is decided by finding its string in the
 /// lower-cased message and looking at the bytes around it, so a message
 /// it matches needs no regex run.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct LiteralBranches {
     /// (lower-cased text, `\b` before it, `\b` after it).
     pub literals: Vec<(Vec<u8>, bool, bool)>,
@@ -458,8 +489,10 @@ pub(crate) struct LiteralBranches {
 }
 
 /// A literal branch as it runs: the atom of its text (a hit says the text
-/// occurs), a searcher for the text, and its boundaries.
-#[derive(Debug)]
+/// occurs), a searcher for the text, and its boundaries. Frozen as the
+/// searchers' texts ([`BranchCheckText`]).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(into = "BranchCheckText", from = "BranchCheckText")]
 pub(crate) struct BranchCheck {
     /// Sorted by atom.
     pub(crate) literals: Vec<(u32, memmem::Finder<'static>, bool, bool)>,
@@ -471,8 +504,51 @@ pub(crate) struct BranchCheck {
     pub(crate) rest: Rest,
 }
 
+/// A [`BranchCheck`] as it is frozen: each searcher as its text.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct BranchCheckText {
+    literals: Vec<(u32, Vec<u8>, bool, bool)>,
+    any: AtomSet,
+    searched: Vec<(Vec<u8>, bool, bool)>,
+    rest: Rest,
+}
+
+fn finder(text: &[u8]) -> memmem::Finder<'static> {
+    memmem::Finder::new(text).into_owned()
+}
+
+impl From<BranchCheck> for BranchCheckText {
+    fn from(b: BranchCheck) -> Self {
+        BranchCheckText {
+            literals: (b.literals.into_iter())
+                .map(|(a, f, x, y)| (a, f.needle().to_vec(), x, y))
+                .collect(),
+            any: b.any,
+            searched: (b.searched.into_iter())
+                .map(|(f, x, y)| (f.needle().to_vec(), x, y))
+                .collect(),
+            rest: b.rest,
+        }
+    }
+}
+
+impl From<BranchCheckText> for BranchCheck {
+    fn from(b: BranchCheckText) -> Self {
+        BranchCheck {
+            literals: (b.literals.iter())
+                .map(|(a, t, x, y)| (*a, finder(t), *x, *y))
+                .collect(),
+            any: b.any,
+            searched: (b.searched.iter())
+                .map(|(t, x, y)| (finder(t), *x, *y))
+                .collect(),
+            rest: b.rest,
+        }
+    }
+}
+
 /// What the non-literal branches of a [`BranchCheck`] need.
-#[derive(Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Rest {
     /// There are none: no literal branch found means no match.
     Nothing,

@@ -14,6 +14,7 @@
 
 pub(crate) mod atoms;
 mod fold;
+pub(crate) mod frozen;
 pub(crate) mod ir;
 pub(crate) mod plan;
 pub(crate) mod reasons;
@@ -58,7 +59,7 @@ pub(crate) const MAX_REGEX_BYTES: usize = 32 << 10;
 const REGEX_NEST_LIMIT: u32 = 64;
 
 /// One priority layer of rules files.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Layer {
     /// Shown in `test` tables and `--explain` (`defaults`, or the directory).
     pub name: String,
@@ -67,7 +68,7 @@ pub(crate) struct Layer {
 }
 
 /// The compiled classification and selection policy.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Ruleset {
     pub reasons: Vec<ReasonDef>,
     pub rules: Vec<Rule>,
@@ -101,9 +102,19 @@ pub struct Build {
     /// The automaton and tables for `ruleset` (built here, once: building
     /// it gives each literal its pattern id in the IR).
     pub(crate) plan: Option<Plan>,
+    /// Whether `ruleset` and `plan` were thawed from the frozen defaults
+    /// ([`frozen`]) rather than compiled.
+    pub(crate) frozen: bool,
 }
 
 impl Build {
+    /// Whether the rules are the embedded defaults compiled ahead of time
+    /// and read back at start-up (issue 47), not compiled now: the
+    /// defaults alone, used without the lints.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen
+    }
+
     /// Whether a diagnostic is an error (then there is no ruleset).
     pub fn has_errors(&self) -> bool {
         self.diagnostics.iter().any(Diagnostic::is_error)
@@ -227,6 +238,7 @@ pub(crate) fn compile_with(
         diagnostics,
         ruleset,
         plan,
+        frozen: false,
     }
 }
 

@@ -26,7 +26,7 @@ use super::scan::Scanner;
 /// Index of a rule in the ruleset (precedence order).
 pub(crate) type RuleIdx = u32;
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Plan {
     /// One automaton over every atom, lower-cased.
     pub(crate) atoms: Option<Scanner>,
@@ -36,9 +36,13 @@ pub(crate) struct Plan {
     pub(crate) atom_texts: Vec<String>,
     /// Status − 100 → rules keyed by that status.
     pub(crate) by_status: Vec<Vec<RuleIdx>>,
-    /// By lower-cased value (FxHash: one lookup per message each).
+    /// By lower-cased value (FxHash: one lookup per message each), frozen
+    /// in key order.
+    #[serde(serialize_with = "by_key")]
     pub(crate) by_provider: FxHashMap<String, Vec<RuleIdx>>,
+    #[serde(serialize_with = "by_key")]
     pub(crate) by_code: FxHashMap<String, Vec<RuleIdx>>,
+    #[serde(serialize_with = "by_key")]
     pub(crate) by_type: FxHashMap<String, Vec<RuleIdx>>,
     pub(crate) always: Vec<RuleIdx>,
     /// The keys of each rule (`None`: always verified), for `check --plan`.
@@ -200,6 +204,15 @@ impl Plan {
     pub(crate) fn always_count(&self) -> usize {
         self.always.len()
     }
+}
+
+/// A table frozen in key order, so that one ruleset always freezes to the
+/// same bytes.
+fn by_key<S: serde::Serializer>(
+    table: &FxHashMap<String, Vec<RuleIdx>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_map(table.iter().collect::<std::collections::BTreeMap<_, _>>())
 }
 
 /// Sorts the parts of every `and` / `or` so the cheap tests run first (a

@@ -13,12 +13,14 @@ use std::fmt;
 pub(crate) const UNCLASSIFIED: &str = "unclassified";
 
 /// Index of a reason in a [`crate::compile::Ruleset`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct ReasonId(pub u32);
 
 /// A disabled lane: a long backoff that blocks the whole profile
 /// (`disabledUntil` / `disabledReason`), SPEC R8 and R16.4.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum DisableLane {
     /// 5 h base, doubling, 24 h cap (`auth.cooldowns.billing*`).
     Billing,
@@ -45,7 +47,7 @@ impl DisableLane {
 }
 
 /// Which profile-rotation budget applies before model fallback (SPEC R8.5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum RotationBudget {
     /// `auth.cooldowns.overloadedProfileRotations` (+ `overloadedBackoffMs`).
     Overloaded,
@@ -70,7 +72,7 @@ impl RotationBudget {
 
 /// The declared behaviour of a reason. Each field is one clause of the
 /// `reason NAME { … }` declaration.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReasonBehaviour {
     /// `failover` (true) or `stop` (false): does the run continue to the
     /// next profile/candidate (SPEC R9)?
@@ -100,7 +102,7 @@ pub struct ReasonBehaviour {
 }
 
 /// One declared reason.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ReasonDef {
     pub name: String,
     pub behaviour: ReasonBehaviour,

@@ -79,10 +79,13 @@ const MAX_TABLE: usize = 1 << 26;
 /// than through the table: after this many, the table pays for itself.
 const TABLE_AFTER: u32 = 1024;
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Scanner {
     /// The trie, and the table built from it once it pays ([`Lazy`]).
     Table(Box<Lazy>),
+    /// Never frozen (`super::frozen`): a ruleset whose table would be too
+    /// large is an operator's, and operator layers compile at start.
+    #[serde(skip)]
     Nfa(Box<contiguous::NFA>),
 }
 
@@ -160,16 +163,20 @@ impl Scanner {
 /// The trie of the atoms, and the table built from it the first time it
 /// pays: after [`TABLE_AFTER`] scans, or when asked. A command that
 /// classifies one message never builds it.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Lazy {
     trie: Trie,
+    #[serde(with = "fixed")]
     classes: [u8; 256],
     n_classes: usize,
     shift: u32,
     chain_depth: Option<u32>,
     /// `Some(None)`: the table could not be built (the trie scans on).
+    /// Not frozen: a thawed scanner builds it when it pays, as a new one.
+    #[serde(skip)]
     table: OnceLock<Option<Dfa>>,
     /// Scans through the trie so far.
+    #[serde(skip)]
     scans: AtomicU32,
 }
 
@@ -577,7 +584,7 @@ fn trie_states(patterns: &[Vec<u8>], sorted: &[u32]) -> usize {
 /// prefixes of length `d`, in sorted order. (A `Vec` of edges and one of
 /// matches per state, for the default atoms' 22,000 states, made building
 /// the trie half of building the scanner.)
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Trie {
     /// The edge into state `t` is `edges[t - 1]`: (its class, `t`).
     edges: Vec<(u8, u32)>,
@@ -593,7 +600,30 @@ struct Trie {
     /// The start's edges by class (0: none; no edge leads to the start):
     /// every failure path ends there, so it is asked most, and it has the
     /// most edges.
+    #[serde(with = "fixed")]
     root: [u32; 256],
+}
+
+/// A fixed-size array frozen as a sequence (serde derives arrays only up
+/// to 32 long); one of another length does not thaw.
+mod fixed {
+    use serde::{de::Error, Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<S: Serializer, T: Serialize, const N: usize>(
+        a: &[T; N],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        a.as_slice().serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>, T: Deserialize<'de>, const N: usize>(
+        d: D,
+    ) -> Result<[T; N], D::Error> {
+        let v = Vec::<T>::deserialize(d)?;
+        let len = v.len();
+        v.try_into()
+            .map_err(|_| D::Error::invalid_length(len, &"the array's length"))
+    }
 }
 
 impl Trie {

@@ -72,7 +72,7 @@ impl fmt::Display for SelectionSource {
 }
 
 /// A fallback list a selection may use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum FallbackList {
     /// `agents.defaults.model.fallbacks` (or `imageModel.fallbacks`).
     Configured,
@@ -106,7 +106,7 @@ impl FallbackList {
 }
 
 /// Where a selection's fallbacks come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum SelectionTarget {
     /// No fallback: the selected model or the error (R3.1).
     Strict,
@@ -124,7 +124,7 @@ impl fmt::Display for SelectionTarget {
 }
 
 /// The policy of one selection source.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SelectionPolicy {
     /// Where the fallbacks come from when that list is configured (R3).
     pub target: SelectionTarget,
@@ -134,7 +134,7 @@ pub struct SelectionPolicy {
 }
 
 /// The policies of every source; a source nobody declared is strict.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SelectionPolicies {
     by_source: [Option<SelectionPolicy>; 7],
 }

@@ -94,18 +94,18 @@ pub(super) fn run(args: &CheckArgs) -> CmdResult {
 fn layer_costs(rules: &RulesArgs) -> Result<String, super::Stop> {
     use std::fmt::Write as _;
     use std::time::{Duration, Instant};
-    let best = |dirs: &[std::path::PathBuf]| -> Result<(Duration, usize), super::Stop> {
+    let best = |dirs: &[std::path::PathBuf]| -> Result<(Duration, usize, bool), super::Stop> {
         let mut best = Duration::MAX;
-        let mut count = 0;
+        let (mut count, mut frozen) = (0, false);
         for _ in 0..3 {
             let t = Instant::now();
             let build = load::build_unlinted(dirs, !rules.no_defaults)?;
-            count = build.rule_count();
+            (count, frozen) = (build.rule_count(), build.is_frozen());
             let engine = failover::Engine::from_build(build);
             best = best.min(t.elapsed());
             drop(engine);
         }
-        Ok((best, count))
+        Ok((best, count, frozen))
     };
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let mut out = String::from(
@@ -114,12 +114,22 @@ fn layer_costs(rules: &RulesArgs) -> Result<String, super::Stop> {
     let (mut before, mut rules_before) = if rules.no_defaults {
         (Duration::ZERO, 0)
     } else {
-        let (t, n) = best(&[])?;
-        let _ = writeln!(out, "  defaults{:>24.1} ms  ({n} rules)", ms(t));
+        // Compiled ahead of time and read back (the library's
+        // `compile::frozen`) when they are used alone.
+        let (t, n, frozen) = best(&[])?;
+        let name = if frozen {
+            "defaults (frozen)"
+        } else {
+            "defaults"
+        };
+        let _ = writeln!(out, "  {name:<24}{:>8.1} ms  ({n} rules)", ms(t));
+        if frozen && !rules.dirs.is_empty() {
+            out.push_str("  (with an operator layer the defaults compile with it)\n");
+        }
         (t, n)
     };
     for i in 0..rules.dirs.len() {
-        let (t, n) = best(&rules.dirs[..=i])?;
+        let (t, n, _) = best(&rules.dirs[..=i])?;
         let name = crate::syntax::display_name(&rules.dirs[i]);
         let _ = writeln!(
             out,

@@ -141,6 +141,35 @@ fn plan_shows_routes_and_regex_decisions() {
     insta::assert_snapshot!(format!("{plan}\n"));
 }
 
+/// Issue 47: the defaults alone are read back as compiled ahead of time,
+/// and `check --plan` says so; with an operator layer they compile with
+/// it, and the layer's line carries that cost.
+#[test]
+fn plan_costs_show_the_frozen_defaults() {
+    let o = failover(&["check", "--plan"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let costs = out.split_once("\nstart-up cost (").expect("costs").1;
+    let line = |prefix: &str| {
+        costs
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` line:\n{costs}"))
+            .to_string()
+    };
+    let defaults = line("  defaults (frozen) ");
+    assert!(defaults.contains(" ms  (") && defaults.ends_with(" rules)"));
+    assert!(!costs.contains("compile with it"), "{costs}");
+    let dir = crate::repo_root().join("tests/plan");
+    let o = failover(&["check", "--rules", dir.to_str().unwrap(), "--plan"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("  (with an operator layer the defaults compile with it)"),
+        "{out}"
+    );
+}
+
 /// Tables pad their columns; a name too long to pad (70,000 characters:
 /// `format!` panics past a width of 65,535) prints whole instead.
 #[test]
