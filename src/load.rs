@@ -78,6 +78,10 @@ pub const DEFAULT_RULES: &[(&str, &str)] = &[
         include_str!("../rules/60-messages.rules"),
     ),
     (
+        "rules/65-languages.rules",
+        include_str!("../rules/65-languages.rules"),
+    ),
+    (
         "rules/70-generic-codes.rules",
         include_str!("../rules/70-generic-codes.rules"),
     ),

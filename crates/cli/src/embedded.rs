@@ -33,6 +33,10 @@ pub(crate) const DEFAULT_CASES: &[(&str, &str)] = &[
         include_str!("../../../rules/60-messages.cases.yaml"),
     ),
     (
+        "rules/65-languages.cases.yaml",
+        include_str!("../../../rules/65-languages.cases.yaml"),
+    ),
+    (
         "rules/70-generic-codes.cases.yaml",
         include_str!("../../../rules/70-generic-codes.cases.yaml"),
     ),
