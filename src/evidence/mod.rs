@@ -51,9 +51,11 @@ use features::{Input, Kind, Sink, FIELD_STEPS};
 
 /// The version of the file format and of the tokenisation ([`features`]).
 /// Version 2 added the calibration's temperature; version 3 the `i8`
-/// weights and a faster tokenisation (issue 47), so files of versions 1
-/// and 2 are refused: retrain them (`failover model train`).
-pub const FORMAT_VERSION: u32 = 3;
+/// weights and a faster tokenisation (issue 47); version 4 reads the
+/// first 256 bytes of text, not 512. Files of earlier versions were
+/// trained on other features, so they are refused: retrain them
+/// (`failover model train`).
+pub const FORMAT_VERSION: u32 = 4;
 /// log2 of the number of weight rows.
 pub const BUCKET_BITS: u8 = 16;
 /// A model tells at most this many reasons apart.
@@ -270,8 +272,8 @@ struct Scorer<'m> {
 
 /// Blocks of [`LANES`] reasons in the largest model.
 const BLOCKS: usize = MAX_REASONS / LANES;
-/// Text buckets held before they are summed (a 512-byte text has up to
-/// about 1,500 features: summed in a few batches).
+/// Text buckets held before they are summed (a 256-byte text has up to
+/// about 750 features: summed in a batch or two).
 const PENDING: usize = 512;
 /// Rows are summed in `u16` (half the vector work of `i32`) this many at
 /// a time: `SPILL × 255` fits a `u16`.

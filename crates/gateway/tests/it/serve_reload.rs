@@ -215,7 +215,7 @@ fn classify_block_chooses_the_model_and_refuses_a_bad_file() {
         err.contains("classify.model: cannot read the model `") && err.contains("missing.model"),
         "{err}"
     );
-    std::fs::write(dir.join("bad.model"), b"FOVMODEL\x03\x00\x00\x00garbage").unwrap();
+    std::fs::write(dir.join("bad.model"), b"FOVMODEL\x04\x00\x00\x00garbage").unwrap();
     let err = open("classify: {model: bad.model}", flags())
         .err()
         .expect("refused")
@@ -225,7 +225,7 @@ fn classify_block_chooses_the_model_and_refuses_a_bad_file() {
         "{err}"
     );
     // A model of an older format (trained on other features) is refused
-    // with what to do (issue 47: format 3).
+    // with what to do (issue 47: formats 3 and 4).
     std::fs::write(dir.join("old.model"), b"FOVMODEL\x01\x00\x00\x00garbage").unwrap();
     let err = open("classify: {model: old.model}", flags())
         .err()
