@@ -311,3 +311,67 @@ fn quantised_weights_are_within_half_a_step() {
     assert!((p[0] - want).abs() < 1e-3, "{p:?} against {want}");
     assert_eq!(Model::from_bytes(&m.to_bytes()).unwrap(), m);
 }
+
+/// Issue 46: inverse document frequency. A bucket every example holds
+/// keeps its value (idf 1); the weights are trained on the weighed
+/// features and stored times the weight, so the model reads raw vectors
+/// exactly as a model trained (without IDF) on the weighed vectors reads
+/// weighed ones — up to the `i8` quantisation of each.
+#[test]
+fn idf_is_folded_into_the_stored_weights() {
+    // Bucket 7 is in every example, 1 in one, 2 in two of four.
+    let examples = vec![
+        ex(&[(1, 1.0), (7, 0.5)], 0),
+        ex(&[(2, 1.0), (7, 0.5)], 1),
+        ex(&[(2, 0.6), (7, 0.5)], 1),
+        ex(&[(7, 1.0)], 2),
+    ];
+    let n = examples.len() as f32;
+    let idf = |df: f32| ((1.0 + n) / (1.0 + df)).ln() + 1.0;
+    assert_eq!(idf(n), 1.0);
+    let weighed: Vec<Example> = examples
+        .iter()
+        .map(|e| Example {
+            vector: e
+                .vector
+                .iter()
+                .map(|&(b, x)| {
+                    (
+                        b,
+                        x * [0.0, idf(1.0), idf(2.0), 0.0, 0.0, 0.0, 0.0, 1.0][b as usize],
+                    )
+                })
+                .collect(),
+            label: e.label,
+        })
+        .collect();
+    let reasons = || vec!["a".to_string(), "b".into(), "c".into()];
+    let with = train::train(&examples, reasons(), Options::default());
+    let plain = train::train(
+        &weighed,
+        reasons(),
+        Options {
+            idf: false,
+            ..Options::default()
+        },
+    );
+    for (raw, w) in examples.iter().zip(&weighed) {
+        let a = with.predict_vector(&raw.vector);
+        let b = plain.predict_vector(&w.vector);
+        for (p, q) in a.probabilities().iter().zip(b.probabilities()) {
+            assert!((p - q).abs() < 0.02, "{p} vs {q}");
+        }
+    }
+    // And IDF changes the fit: without it the rare bucket 1 weighs less.
+    let without = train::train(
+        &examples,
+        reasons(),
+        Options {
+            idf: false,
+            ..Options::default()
+        },
+    );
+    let p_with = with.predict_vector(&[(1, 1.0)]).probabilities()[0];
+    let p_without = without.predict_vector(&[(1, 1.0)]).probabilities()[0];
+    assert!(p_with > p_without, "{p_with} vs {p_without}");
+}
