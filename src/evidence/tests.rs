@@ -327,34 +327,28 @@ fn idf_is_folded_into_the_stored_weights() {
         ex(&[(7, 1.0)], 2),
     ];
     let n = examples.len() as f32;
-    let idf = |df: f32| ((1.0 + n) / (1.0 + df)).ln() + 1.0;
-    assert_eq!(idf(n), 1.0);
+    let idf = |b: u32| {
+        let df = match b {
+            1 => 1.0,
+            2 => 2.0,
+            _ => n,
+        };
+        ((1.0 + n) / (1.0 + df)).ln() + 1.0
+    };
     let weighed: Vec<Example> = examples
         .iter()
         .map(|e| Example {
-            vector: e
-                .vector
-                .iter()
-                .map(|&(b, x)| {
-                    (
-                        b,
-                        x * [0.0, idf(1.0), idf(2.0), 0.0, 0.0, 0.0, 0.0, 1.0][b as usize],
-                    )
-                })
-                .collect(),
+            vector: e.vector.iter().map(|&(b, x)| (b, x * idf(b))).collect(),
             label: e.label,
         })
         .collect();
     let reasons = || vec!["a".to_string(), "b".into(), "c".into()];
+    let no_idf = Options {
+        idf: false,
+        ..Options::default()
+    };
     let with = train::train(&examples, reasons(), Options::default());
-    let plain = train::train(
-        &weighed,
-        reasons(),
-        Options {
-            idf: false,
-            ..Options::default()
-        },
-    );
+    let plain = train::train(&weighed, reasons(), no_idf);
     for (raw, w) in examples.iter().zip(&weighed) {
         let a = with.predict_vector(&raw.vector);
         let b = plain.predict_vector(&w.vector);
@@ -363,14 +357,7 @@ fn idf_is_folded_into_the_stored_weights() {
         }
     }
     // And IDF changes the fit: without it the rare bucket 1 weighs less.
-    let without = train::train(
-        &examples,
-        reasons(),
-        Options {
-            idf: false,
-            ..Options::default()
-        },
-    );
+    let without = train::train(&examples, reasons(), no_idf);
     let p_with = with.predict_vector(&[(1, 1.0)]).probabilities()[0];
     let p_without = without.predict_vector(&[(1, 1.0)]).probabilities()[0];
     assert!(p_with > p_without, "{p_with} vs {p_without}");
