@@ -66,19 +66,120 @@ use crate::compile::plan::RuleIdx;
 #[derive(Deserialize)]
 struct InLine<'a> {
     #[serde(borrow, default)]
-    message: Option<Cow<'a, str>>,
+    message: Option<Text<'a>>,
     #[serde(borrow, default)]
-    provider: Option<Cow<'a, str>>,
+    provider: Option<Text<'a>>,
     #[serde(borrow, default)]
-    model: Option<Cow<'a, str>>,
+    model: Option<Text<'a>>,
     #[serde(default, deserialize_with = "status_value")]
     status: Option<u16>,
     #[serde(borrow, default)]
-    code: Option<Cow<'a, str>>,
+    code: Option<Text<'a>>,
     #[serde(borrow, default, rename = "type")]
-    error_type: Option<Cow<'a, str>>,
+    error_type: Option<Text<'a>>,
     #[serde(borrow, default)]
     body: Option<&'a RawValue>,
+}
+
+/// A string field, borrowed from the line unless it holds escapes. Serde's
+/// own `Cow<str>` is always read into a new `String` when it sits inside
+/// an `Option` (`#[serde(borrow)]` reaches a bare `Cow` field only): that
+/// was an allocation per field per line.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(Visit)
+    }
+}
+
+impl Text<'_> {
+    fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The text of `raw`, a JSON string literal that serde_json has read
+/// (quoted, no raw control characters, every escape one of JSON's), into
+/// `out`: the body of a line is JSON written as a string, so it always
+/// holds escapes, and reading it with serde_json allocated a buffer per
+/// line. Written here to unescape into the line context's own buffer. A
+/// `\u` escape of half a surrogate pair is an error, as serde_json makes it.
+fn unescape_into(raw: &str, out: &mut String) -> Result<(), String> {
+    out.clear();
+    let mut rest = raw
+        .strip_prefix('"')
+        .and_then(|r| r.strip_suffix('"'))
+        .ok_or("not a JSON string")?;
+    while let Some(at) = memchr::memchr(b'\\', rest.as_bytes()) {
+        out.push_str(&rest[..at]);
+        let plain = match rest.as_bytes().get(at + 1) {
+            Some(b'"') => '"',
+            Some(b'\\') => '\\',
+            Some(b'/') => '/',
+            Some(b'b') => '\u{8}',
+            Some(b'f') => '\u{c}',
+            Some(b'n') => '\n',
+            Some(b'r') => '\r',
+            Some(b't') => '\t',
+            Some(b'u') => {
+                // Every byte read so far is ASCII: the slices below start
+                // on character boundaries.
+                let (c, len) = unicode_escape(&rest[at + 2..])?;
+                out.push(c);
+                rest = &rest[at + 2 + len..];
+                continue;
+            }
+            _ => return Err("invalid escape".into()),
+        };
+        out.push(plain);
+        rest = &rest[at + 2..];
+    }
+    out.push_str(rest);
+    Ok(())
+}
+
+/// The character of a `\u` escape whose hex digits open `s` (a surrogate
+/// pair takes the next escape too), and how many bytes of `s` it took.
+fn unicode_escape(s: &str) -> Result<(char, usize), String> {
+    fn hex4(s: &str) -> Option<u32> {
+        let digits = s.as_bytes().get(..4)?;
+        digits
+            .iter()
+            .try_fold(0u32, |n, &d| Some(n * 16 + char::from(d).to_digit(16)?))
+    }
+    let hi = hex4(s).ok_or("invalid \\u escape")?;
+    let code = match hi {
+        0xD800..=0xDBFF => {
+            let lo = s
+                .get(4..)
+                .and_then(|t| t.strip_prefix("\\u"))
+                .and_then(hex4)
+                .filter(|lo| (0xDC00..=0xDFFF).contains(lo))
+                .ok_or("lone leading surrogate in hex escape")?;
+            return char::from_u32(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00))
+                .map(|c| (c, 10))
+                .ok_or_else(|| "invalid \\u escape".into());
+        }
+        0xDC00..=0xDFFF => return Err("lone trailing surrogate in hex escape".into()),
+        code => code,
+    };
+    char::from_u32(code)
+        .map(|c| (c, 4))
+        .ok_or_else(|| "invalid \\u escape".into())
 }
 
 /// `status` as an integer, or a string of digits (some gateways quote it).
@@ -733,24 +834,22 @@ fn classify_line(cx: &mut LineContext, line: &[u8], out: &mut Vec<u8>) -> Result
     let parsed: InLine = serde_json::from_str(text).map_err(|e| describe_json_error(&e, text))?;
     // A JSON body is handed over as its text: the engine parses it once
     // and keeps the text for `body` predicates. A string body is unescaped.
-    body_text.clear();
     let body = match parsed.body.map(RawValue::get) {
         None | Some("null") => None,
         Some(raw) if raw.starts_with('"') => {
-            let s: Cow<str> = serde_json::from_str(raw).map_err(|e| format!("`body`: {e}"))?;
-            body_text.push_str(&s);
+            unescape_into(raw, body_text).map_err(|e| format!("`body`: {e}"))?;
             Some(Body::Text(body_text.as_str()))
         }
         Some(raw) if raw.starts_with('{') || raw.starts_with('[') => Some(Body::Text(raw)),
         Some(_) => return Err("`body` must be a string or a JSON object".into()),
     };
     let err = ProviderError {
-        provider: parsed.provider.as_deref(),
-        model: parsed.model.as_deref(),
+        provider: parsed.provider.as_ref().map(Text::as_str),
+        model: parsed.model.as_ref().map(Text::as_str),
         status: parsed.status,
-        code: parsed.code.as_deref(),
-        error_type: parsed.error_type.as_deref(),
-        message: parsed.message.as_deref(),
+        code: parsed.code.as_ref().map(Text::as_str),
+        error_type: parsed.error_type.as_ref().map(Text::as_str),
+        message: parsed.message.as_ref().map(Text::as_str),
         body,
     };
     if !*explain {
@@ -1148,6 +1247,91 @@ mod tests {
             "{text}"
         );
         assert_eq!(stats.bad, 1);
+    }
+
+    /// A body written as a JSON string is read exactly as serde_json reads
+    /// it, and refused where serde_json refuses it (half a surrogate
+    /// pair), on strings made of every kind of escape that serde_json's
+    /// reading of the line lets through.
+    #[test]
+    fn string_bodies_unescape_as_serde_json_reads_them() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+        const PIECES: &[&str] = &[
+            "a",
+            " ",
+            "é",
+            "中",
+            "😀",
+            "{",
+            "}",
+            ":",
+            r#"\""#,
+            r"\\",
+            r"\/",
+            r"\b",
+            r"\f",
+            r"\n",
+            r"\r",
+            r"\t",
+            r"\u0041",
+            r"\u00e9",
+            r"\u4E2D",
+            r"\ud83d\ude00",
+            r"\uD83D",
+            r"\ude00",
+            r"\ud83d\u0041",
+            r"\ud83d\n",
+            r"\u12",
+            r"\x",
+            r"\uZZZZ",
+            r"\u+123",
+            r"\u0000",
+            r"\uffff",
+            "\\",
+        ];
+        let (read, lone) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+        let mut runner = TestRunner::new(Config {
+            cases: 2000,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        runner
+            .run(&proptest::collection::vec(0..PIECES.len(), 0..8), |picks| {
+                let raw = format!(
+                    "\"{}\"",
+                    picks.iter().map(|&i| PIECES[i]).collect::<String>()
+                );
+                // What a line's `body` can be: one JSON string as serde_json
+                // read it (it may still hold half a surrogate pair).
+                if serde_json::from_str::<&RawValue>(&raw).is_err() {
+                    return Ok(());
+                }
+                let serde: Result<String, _> = serde_json::from_str(&raw);
+                // A buffer that held a previous body.
+                let mut out = String::from("stale");
+                let ours = unescape_into(&raw, &mut out);
+                prop_assert_eq!(ours.is_ok(), serde.is_ok(), "{} {:?}", raw, ours);
+                match serde {
+                    Ok(text) => {
+                        read.set(read.get() + 1);
+                        prop_assert_eq!(&out, &text, "{}", raw);
+                    }
+                    Err(_) => lone.set(lone.get() + 1),
+                }
+                Ok(())
+            })
+            .unwrap();
+        // Both kinds were met.
+        let (read, lone) = (read.get(), lone.get());
+        assert!(read > 100 && lone > 100, "{read} read, {lone} refused");
+        // What serde_json says, and ours, for half a pair.
+        let mut out = String::new();
+        assert_eq!(
+            unescape_into(r#""\ud83d x""#, &mut out).unwrap_err(),
+            "lone leading surrogate in hex escape"
+        );
+        assert!(unescape_into("not quoted", &mut out).is_err());
     }
 
     #[test]
