@@ -99,7 +99,7 @@ pub(crate) struct Extracted<'v> {
     pub message: Option<Cow<'v, str>>,
     /// OpenRouter's upstream text (`error.metadata.raw`).
     pub raw: Option<Cow<'v, str>>,
-    pub code: Option<String>,
+    pub code: Option<Cow<'v, str>>,
     pub error_type: Option<Cow<'v, str>>,
     pub status: Option<u16>,
 }
@@ -125,7 +125,7 @@ pub(crate) fn extract(v: &Value) -> Extracted<'_> {
             read_code(e.get("code"), &mut out);
             if let Some(s) = e.get("status").and_then(Value::as_str) {
                 if out.code.is_none() {
-                    out.code = Some(s.to_string());
+                    out.code = Some(Cow::Borrowed(s));
                 }
             }
             out.raw = e
@@ -234,7 +234,7 @@ pub(crate) fn extract_text(text: &str) -> Option<Extracted<'_>> {
             read_raw_code(e.code, &mut out)?;
             if let Some(s) = e.status.and_then(raw_str) {
                 if out.code.is_none() {
-                    out.code = Some(s.into_owned());
+                    out.code = Some(s);
                 }
             }
             if let Some(m) = e.metadata.filter(|m| m.get().starts_with('{')) {
@@ -299,31 +299,32 @@ fn plain_integer(text: &str) -> Option<u64> {
 
 /// Like `read_code`; `None` when the code is a number this path does not
 /// read exactly as `serde_json` would print it (negative, fraction, exponent).
-fn read_raw_code(code: Option<&RawValue>, out: &mut Extracted) -> Option<()> {
+fn read_raw_code<'v>(code: Option<&'v RawValue>, out: &mut Extracted<'v>) -> Option<()> {
     let Some(raw) = code else { return Some(()) };
     let text = raw.get();
     match text.as_bytes()[0] {
         b'"' => {
             if let Some(s) = raw_str(raw).filter(|s| !s.is_empty()) {
-                out.code = Some(s.into_owned());
+                out.code = Some(s);
             }
         }
         b'0'..=b'9' | b'-' => match plain_integer(text)? {
             s @ 100..=599 => out.status = Some(s as u16),
-            n => out.code = Some(n.to_string()),
+            // As serde_json prints it: the digits as written.
+            _ => out.code = Some(Cow::Borrowed(text)),
         },
         _ => {}
     }
     Some(())
 }
 
-fn read_code(code: Option<&Value>, out: &mut Extracted) {
+fn read_code<'v>(code: Option<&'v Value>, out: &mut Extracted<'v>) {
     match code {
         Some(Value::Number(n)) => match n.as_u64() {
             Some(s @ 100..=599) => out.status = Some(s as u16),
-            _ => out.code = Some(n.to_string()),
+            _ => out.code = Some(Cow::Owned(n.to_string())),
         },
-        Some(Value::String(s)) if !s.is_empty() => out.code = Some(s.clone()),
+        Some(Value::String(s)) if !s.is_empty() => out.code = Some(Cow::Borrowed(s)),
         _ => {}
     }
 }

@@ -49,7 +49,6 @@
 //! # Ok::<(), stream::StreamError>(())
 //! ```
 
-use std::borrow::Cow;
 use std::io::{self, BufRead, BufWriter, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -61,63 +60,68 @@ use serde_json::Value;
 use super::{Body, Classification, Decider, Engine, ProviderError, Scratch};
 use crate::compile::plan::RuleIdx;
 
-/// One input line. Strings are borrowed from the line when they hold no
-/// escapes; unknown fields are ignored (forward compatibility).
+/// One input line. Its string fields are kept as they are written and
+/// read by [`text_field`]: borrowed from the line unless they hold
+/// escapes. Unknown fields are ignored (forward compatibility).
 #[derive(Deserialize)]
 struct InLine<'a> {
     #[serde(borrow, default)]
-    message: Option<Text<'a>>,
+    message: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    provider: Option<Text<'a>>,
+    provider: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    model: Option<Text<'a>>,
+    model: Option<&'a RawValue>,
     #[serde(default, deserialize_with = "status_value")]
     status: Option<u16>,
     #[serde(borrow, default)]
-    code: Option<Text<'a>>,
+    code: Option<&'a RawValue>,
     #[serde(borrow, default, rename = "type")]
-    error_type: Option<Text<'a>>,
+    error_type: Option<&'a RawValue>,
     #[serde(borrow, default)]
     body: Option<&'a RawValue>,
 }
 
-/// A string field, borrowed from the line unless it holds escapes. Serde's
-/// own `Cow<str>` is always read into a new `String` when it sits inside
-/// an `Option` (`#[serde(borrow)]` reaches a bare `Cow` field only): that
-/// was an allocation per field per line.
-struct Text<'a>(Cow<'a, str>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Text<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'de>, E> {
-                Ok(Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Text<'de>, E> {
-                Ok(Text(Cow::Owned(v.to_owned())))
-            }
-        }
-        d.deserialize_str(Visit)
-    }
+/// A worker's buffers for the string fields of a line that hold escapes
+/// (a body written as a JSON string always does). Reading a field with
+/// serde allocated a `String` per field per line: serde's `Cow<str>` is
+/// never borrowed inside an `Option`, whatever `#[serde(borrow)]` says.
+#[derive(Default)]
+struct Texts {
+    message: String,
+    provider: String,
+    model: String,
+    code: String,
+    error_type: String,
+    body: String,
 }
 
-impl Text<'_> {
-    fn as_str(&self) -> &str {
-        &self.0
+/// The string field `name` of a line as written (`raw`, which serde_json
+/// has read as one JSON value): its text, borrowed from the line, or
+/// unescaped into `buf` when it holds escapes. `null` is absent.
+fn text_field<'t>(
+    name: &str,
+    raw: Option<&'t RawValue>,
+    buf: &'t mut String,
+) -> Result<Option<&'t str>, String> {
+    let raw = match raw.map(RawValue::get) {
+        None | Some("null") => return Ok(None),
+        Some(raw) => raw,
+    };
+    let Some(inner) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) else {
+        return Err(format!("`{name}` must be a string"));
+    };
+    if memchr::memchr(b'\\', inner.as_bytes()).is_none() {
+        return Ok(Some(inner));
     }
+    unescape_into(raw, buf).map_err(|e| format!("`{name}`: {e}"))?;
+    Ok(Some(buf.as_str()))
 }
 
 /// The text of `raw`, a JSON string literal that serde_json has read
 /// (quoted, no raw control characters, every escape one of JSON's), into
-/// `out`: the body of a line is JSON written as a string, so it always
-/// holds escapes, and reading it with serde_json allocated a buffer per
-/// line. Written here to unescape into the line context's own buffer. A
-/// `\u` escape of half a surrogate pair is an error, as serde_json makes it.
+/// `out`. Written here because serde_json unescapes into a buffer of its
+/// own, allocated per call. A `\u` escape of half a surrogate pair is an
+/// error, as serde_json makes it.
 fn unescape_into(raw: &str, out: &mut String) -> Result<(), String> {
     out.clear();
     let mut rest = raw
@@ -493,7 +497,7 @@ where
             let work_rx = &work_rx;
             scope.spawn(move || {
                 let mut scratch = Scratch::default();
-                let mut body_text = String::new();
+                let mut texts = Texts::default();
                 loop {
                     let job = work_rx.lock().map(|rx| rx.recv());
                     let Ok(Ok(chunk)) = job else { break };
@@ -501,7 +505,7 @@ where
                         engine,
                         heads,
                         scratch: &mut scratch,
-                        body_text: &mut body_text,
+                        texts: &mut texts,
                         explain,
                         max_line,
                     };
@@ -652,7 +656,7 @@ struct LineContext<'a> {
     engine: &'a Engine,
     heads: &'a OutputHeads,
     scratch: &'a mut Scratch,
-    body_text: &'a mut String,
+    texts: &'a mut Texts,
     explain: bool,
     /// Longer lines were not read (see [`MAX_LINE_BYTES`]).
     max_line: usize,
@@ -811,7 +815,7 @@ fn classify_line(cx: &mut LineContext, line: &[u8], out: &mut Vec<u8>) -> Result
         engine,
         heads,
         scratch,
-        body_text,
+        texts,
         explain,
         ..
     } = cx;
@@ -834,22 +838,29 @@ fn classify_line(cx: &mut LineContext, line: &[u8], out: &mut Vec<u8>) -> Result
     let parsed: InLine = serde_json::from_str(text).map_err(|e| describe_json_error(&e, text))?;
     // A JSON body is handed over as its text: the engine parses it once
     // and keeps the text for `body` predicates. A string body is unescaped.
+    let Texts {
+        message,
+        provider,
+        model,
+        code,
+        error_type,
+        body: body_text,
+    } = texts;
     let body = match parsed.body.map(RawValue::get) {
         None | Some("null") => None,
         Some(raw) if raw.starts_with('"') => {
-            unescape_into(raw, body_text).map_err(|e| format!("`body`: {e}"))?;
-            Some(Body::Text(body_text.as_str()))
+            text_field("body", parsed.body, body_text)?.map(Body::Text)
         }
         Some(raw) if raw.starts_with('{') || raw.starts_with('[') => Some(Body::Text(raw)),
         Some(_) => return Err("`body` must be a string or a JSON object".into()),
     };
     let err = ProviderError {
-        provider: parsed.provider.as_ref().map(Text::as_str),
-        model: parsed.model.as_ref().map(Text::as_str),
+        provider: text_field("provider", parsed.provider, provider)?,
+        model: text_field("model", parsed.model, model)?,
         status: parsed.status,
-        code: parsed.code.as_ref().map(Text::as_str),
-        error_type: parsed.error_type.as_ref().map(Text::as_str),
-        message: parsed.message.as_ref().map(Text::as_str),
+        code: text_field("code", parsed.code, code)?,
+        error_type: text_field("type", parsed.error_type, error_type)?,
+        message: text_field("message", parsed.message, message)?,
         body,
     };
     if !*explain {
