@@ -538,7 +538,7 @@ impl View<'_> {
 /// A row's entries are laid out by class, so the entries a scan of
 /// (lower-cased, mostly English) text reads from a state share its first
 /// cache lines: with classes in byte order, `a`–`z`, the space and the
-/// digits of one row were spread over four lines of 64 bytes.
+/// digits of one row were spread over three or four lines of 64 bytes.
 const CLASS_ORDER: &[u8] = b" etaoinshrdlcumwfgypbvkjxqz_.:,-'\"/0123456789()[]{}=";
 
 /// Byte classes: each byte that occurs in a pattern has its own class,
@@ -595,8 +595,8 @@ fn trie_states(patterns: &[Vec<u8>], sorted: &[u32]) -> usize {
 
 /// The patterns' trie with its Aho-Corasick failure links.
 ///
-/// States are numbered breadth-first, children in byte order, so a state's children are consecutive
-/// states and every array here is flat. The trie is built level by level
+/// States are numbered breadth-first, children in byte order, so a
+/// state's children are consecutive states and every array here is flat. The trie is built level by level
 /// from the sorted patterns: the states of depth `d` are the distinct
 /// prefixes of length `d`, in sorted order. (A `Vec` of edges and one of
 /// matches per state, for the default atoms' 22,000 states, made building
