@@ -596,11 +596,11 @@ fn trie_states(patterns: &[Vec<u8>], sorted: &[u32]) -> usize {
 /// The patterns' trie with its Aho-Corasick failure links.
 ///
 /// States are numbered breadth-first, children in byte order, so a
-/// state's children are consecutive states and every array here is flat. The trie is built level by level
-/// from the sorted patterns: the states of depth `d` are the distinct
-/// prefixes of length `d`, in sorted order. (A `Vec` of edges and one of
-/// matches per state, for the default atoms' 22,000 states, made building
-/// the trie half of building the scanner.)
+/// state's children are consecutive states and every array here is flat.
+/// The trie is built level by level from the sorted patterns: the states
+/// of depth `d` are the distinct prefixes of length `d`, in sorted order.
+/// (A `Vec` of edges and one of matches per state, for the default atoms'
+/// 22,000 states, made building the trie half of building the scanner.)
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Trie {
     /// The edge into state `t` is `edges[t - 1]`: (its class, `t`).
